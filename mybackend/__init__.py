@@ -1,0 +1,33 @@
+"""mybackend: a torch.compile backend with a C++/CUDA core.
+
+Use it by name, no import needed::
+
+    torch.compile(model, backend="mybackend")
+
+The public API is what ``__all__`` lists; everything else is internal.
+"""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  (loads libtorch before the extension needs it)
+
+from mybackend import _C
+from mybackend.backend import register as _register
+from mybackend.explain import ExplainReport, explain
+from mybackend.options import Options
+
+__all__ = ["ExplainReport", "Options", "cuda_enabled", "explain", "supported_ops"]
+__version__ = "0.1.0"
+
+
+def supported_ops() -> list[tuple[str, str]]:
+    """Every ATen overload the C++ core runs, with its op class, sorted by name."""
+    return list(_C.supported_ops())
+
+
+def cuda_enabled() -> bool:
+    """True when the loaded extension was built with its CUDA kernels."""
+    return bool(_C.cuda_enabled())
+
+
+_register()

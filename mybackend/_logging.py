@@ -1,0 +1,63 @@
+"""Logging for mybackend: one ``logging`` logger per pipeline stage.
+
+Loggers are children of ``mybackend`` (``mybackend.lowering``,
+``mybackend.partition``, ...), so standard ``logging`` configuration applies.
+``MYBACKEND_LOGS=+partition,fallback`` (or ``all``) turns channels on at DEBUG
+level when the backend first compiles; nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+
+CHANNELS = ("dynamo", "aot", "lowering", "partition", "fusion", "runtime", "fallback")
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+_env_applied = False
+
+
+def get_logger(channel: str) -> logging.Logger:
+    """The logger of one pipeline stage."""
+    if channel not in CHANNELS:
+        raise ValueError(f"unknown log channel {channel!r}; channels: {', '.join(CHANNELS)}")
+    return logging.getLogger(f"mybackend.{channel}")
+
+
+def apply_env_log_settings() -> None:
+    """Turns on the channels named in MYBACKEND_LOGS (once per process)."""
+    global _env_applied
+    if _env_applied:
+        return
+    _env_applied = True
+    spec = os.environ.get("MYBACKEND_LOGS", "").strip()
+    if not spec:
+        return
+    names = [n.strip().lstrip("+") for n in spec.split(",") if n.strip()]
+    if "all" in names:
+        names = list(CHANNELS)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[mybackend.%(name)s] %(message)s"))
+    for name in names:
+        logger = get_logger(name)
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
+
+
+def warn_once(key: str, message: str) -> None:
+    """Emits ``message`` as a UserWarning the first time ``key`` is seen."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, UserWarning, stacklevel=3)
+    get_logger("fallback").warning(message)
+
+
+def reset_warnings() -> None:
+    """Forgets which warnings were shown (tests, notebooks)."""
+    with _warned_lock:
+        _warned.clear()

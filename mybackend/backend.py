@@ -1,0 +1,66 @@
+"""Stage 1: the backend dynamo calls, registered as "mybackend".
+
+``torch.compile(model, backend="mybackend", mode=..., options=...)`` calls
+mybackend_backend once per captured FX graph. It validates the options
+(bad ones raise: they are the user's to fix), then hands the graph to
+aot_autograd. A failure inside the backend never takes the program down:
+the graph runs eagerly, with one warning, unless strict mode is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch.fx
+
+from mybackend._logging import apply_env_log_settings, get_logger, warn_once
+from mybackend.aot import compile_with_aot
+from mybackend.options import Options
+from mybackend.reports import GraphRecord, publish
+
+BACKEND_NAME = "mybackend"
+log = get_logger("dynamo")
+
+
+def mybackend_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    mode: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Callable[..., Any]:
+    """Compiles one dynamo graph; the entry point torch.compile looks up."""
+    parsed = Options.from_user(mode, options)
+    apply_env_log_settings()
+    try:
+        return compile_with_aot(gm, example_inputs, parsed)
+    except Exception as error:
+        if parsed.strict:
+            raise
+        reason = f"{type(error).__name__}: {error}"
+        warn_once(
+            f"aot:{reason}",
+            f"mybackend: aot_autograd could not trace a graph ({reason}); it runs eagerly. "
+            "Pass options={'strict': True} to raise instead.",
+        )
+        publish(GraphRecord("dynamo graph", "dynamo", str(gm.graph), None, [], reason))
+        return gm.forward
+
+
+def register() -> None:
+    """Makes backend="mybackend" resolvable; safe to call any number of times.
+
+    When the package is installed, dynamo finds the backend through the
+    ``torch_dynamo_backends`` entry point and registers it itself on first
+    lookup: registering here too would make that lookup fail with dynamo's
+    "duplicate name" error, so we register only when no entry point exists
+    (e.g. running from a source tree).
+    """
+    from torch._dynamo.backends import registry
+
+    if BACKEND_NAME in registry._COMPILER_FNS:
+        return
+    registry._discover_entrypoint_backends()
+    if registry._BACKENDS.get(BACKEND_NAME) is not None:
+        return
+    registry.register_backend(mybackend_backend, name=BACKEND_NAME)

@@ -1,0 +1,91 @@
+"""The callable handed back to aot_autograd for each compiled ATen graph.
+
+It follows aot's boxed calling convention (one list of inputs, cleared once
+read so activations can be freed early) and owns the failure policy at run
+time: if the core fails on a call where eager succeeds, warn once and run
+this graph eagerly from then on, unless the user asked for strict mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from mybackend._logging import get_logger, warn_once
+from mybackend.lowering import LoweredGraph
+from mybackend.options import Options
+
+log = get_logger("runtime")
+
+
+class CompiledGraphFunction:
+    """Runs one ATen graph through the C++ core: ``f(inputs: list) -> list``."""
+
+    _boxed_call = True
+
+    def __init__(
+        self,
+        name: str,
+        lowered: LoweredGraph,
+        compiled: Any,  # _C.CompiledGraph
+        eager: Callable[..., Any],
+        options: Options,
+    ) -> None:
+        self.name = name
+        self._compiled = compiled
+        self._constants = lowered.constants
+        self._eager = eager
+        self._options = options
+        self._fell_back = False
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        inputs = list(args)
+        args.clear()
+        if self._fell_back:
+            return run_eager(self._eager, inputs)
+        try:
+            return self._compiled.run(inputs + self._constants)  # type: ignore[no-any-return]
+        except Exception as error:
+            if self._options.strict:
+                raise
+            return self._recover(inputs, error)
+
+    def _recover(self, inputs: list[Any], error: Exception) -> list[Any]:
+        # If eager fails too the error is the user's: raise eager's own.
+        outputs = run_eager(self._eager, inputs)
+        self._fell_back = True
+        warn_once(
+            f"runtime:{self.name}",
+            f"mybackend: running graph {self.name} failed in the compiled runtime ({error}); "
+            "it runs eagerly from now on. Pass options={'strict': True} to raise instead.",
+        )
+        return outputs
+
+    def stats(self) -> dict[str, int]:
+        """Execution counters of the C++ runtime (see _C.CompiledGraph.stats)."""
+        return self._compiled.stats()  # type: ignore[no-any-return]
+
+    def report(self) -> dict[str, Any]:
+        return self._compiled.report()  # type: ignore[no-any-return]
+
+
+def run_eager(graph_fn: Callable[..., Any], inputs: list[Any]) -> list[Any]:
+    """Runs an FX graph module (or its forward) on a list of inputs."""
+    outputs = graph_fn(*inputs)
+    return list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+
+
+class EagerGraphFunction:
+    """An ATen graph that the core could not compile, run eagerly (boxed)."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self._gm = gm
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        inputs = list(args)
+        args.clear()
+        return run_eager(self._gm, inputs)

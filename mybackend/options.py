@@ -1,0 +1,138 @@
+"""The backend's options: one frozen, typed object.
+
+``torch.compile(m, backend="mybackend", options={...})`` and ``mode=`` both
+end here. Every field has a type, a default, help text and a flag saying
+whether it changes generated code (and so belongs in cache keys). Modes are
+presets of fields, so anything a mode sets can also be set as an option.
+docs/options.md is tested against this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _field(default: Any, help: str, affects_codegen: bool = False) -> Any:
+    return dataclasses.field(
+        default=default, metadata={"help": help, "affects_codegen": affects_codegen}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Options of the mybackend compiler (see docs/options.md)."""
+
+    strict: bool = _field(
+        False,
+        "Raise compile and runtime failures instead of warning once and running the graph eagerly.",
+    )
+    min_partition_size: int = _field(
+        1, "Partitions with fewer nodes run their nodes as eager ATen calls.", True
+    )
+    allow_single_node_partition: bool = _field(True, "Keep partitions of a single node.", True)
+    disabled_ops: tuple[str, ...] = _field(
+        (),
+        "ATen overloads (e.g. 'aten::mul.Tensor') the core must not claim; they run "
+        "as eager ATen calls. For bisecting a bad kernel.",
+        True,
+    )
+    disabled_op_classes: tuple[str, ...] = _field(
+        (),
+        "Op classes the core must not claim: pointwise, reduction, normalization, "
+        "matmul, convolution, attention, view, other.",
+        True,
+    )
+    cuda_graphs: bool = _field(
+        False,
+        "Capture each CUDA graph of static shape once and replay it (mode "
+        "'reduce-overhead' turns it on). Graphs on the CPU are never captured.",
+    )
+    max_cuda_graphs: int = _field(
+        8, "Most input signatures one compiled graph captures; later ones run uncaptured."
+    )
+    autotune: bool = _field(
+        False,
+        "Pick library algorithms by timing instead of by heuristic (mode "
+        "'max-autotune' turns it on).",
+        True,
+    )
+    dump_dir: str | None = _field(
+        None,
+        "Folder to write each graph's IR text and compile report to "
+        "(MYBACKEND_DUMP_DIR is the environment default).",
+    )
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_user(
+        cls, mode: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> Options:
+        """Validates torch.compile's ``mode`` and ``options`` into an Options."""
+        values = dict(mode_preset(mode))
+        for key, value in (options or {}).items():
+            values[key] = _validated(key, value)
+        return cls(**values)
+
+    def core_options(self, static_inputs: Sequence[int] = ()) -> dict[str, Any]:
+        """The subset the C++ core reads (see bindings/compile.cpp)."""
+        return {
+            "cuda_graphs": self.cuda_graphs,
+            "max_cuda_graphs": self.max_cuda_graphs,
+            "static_inputs": list(static_inputs),
+            "disabled_ops": list(self.disabled_ops),
+            "disabled_op_classes": list(self.disabled_op_classes),
+            "min_partition_size": self.min_partition_size,
+            "allow_single_node_partition": self.allow_single_node_partition,
+        }
+
+
+def mode_preset(mode: str | None) -> dict[str, Any]:
+    """The option values a torch.compile mode stands for."""
+    if mode is None or mode == "default":
+        return {}
+    if mode == "reduce-overhead":
+        return {"cuda_graphs": True}
+    if mode == "max-autotune":
+        return {"cuda_graphs": True, "autotune": True}
+    if mode == "max-autotune-no-cudagraphs":
+        return {"autotune": True}
+    raise ValueError(f"mybackend: unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+
+
+def _validated(key: str, value: Any) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(Options)}
+    if key not in fields:
+        close = difflib.get_close_matches(key, fields, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"mybackend: unknown option {key!r}.{hint} Valid options: {', '.join(sorted(fields))}"
+        )
+    expected = fields[key].type
+    ok = _matches(expected, value)
+    if not ok:
+        raise TypeError(
+            f"mybackend: option {key!r} takes {expected}, got {type(value).__name__} {value!r}"
+        )
+    if expected == "tuple[str, ...]":
+        return tuple(value)
+    return value
+
+
+def _matches(expected: Any, value: Any) -> bool:
+    if expected == "bool":
+        return isinstance(value, bool)
+    if expected == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if expected == "tuple[str, ...]":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if expected == "str | None":
+        return value is None or isinstance(value, str)
+    raise AssertionError(f"Options field type {expected} has no validator")

@@ -1,0 +1,176 @@
+#include <ATen/core/ivalue.h>
+
+#include "bindings/bindings.h"
+#include "common/error.h"
+#include "pipeline/pipeline.h"
+
+namespace mybackend::bindings {
+
+py::dict partition_result_to_dict(const PartitionResult& result);
+
+CapabilityOptions capability_options_from(const py::dict& options) {
+  CapabilityOptions capability;
+  if (options.contains("disabled_ops")) {
+    capability.disabled_ops = options["disabled_ops"].cast<std::vector<std::string>>();
+  }
+  if (options.contains("disabled_op_classes")) {
+    capability.disabled_classes = options["disabled_op_classes"].cast<std::vector<std::string>>();
+  }
+  return capability;
+}
+
+namespace {
+
+CompileOptions compile_options_from(const py::dict& options) {
+  static const char* const kKeys[] = {"disabled_ops",
+                                      "disabled_op_classes",
+                                      "min_partition_size",
+                                      "allow_single_node_partition",
+                                      "cuda_graphs",
+                                      "static_inputs",
+                                      "max_cuda_graphs"};
+  for (auto item : options) {
+    auto key = item.first.cast<std::string>();
+    bool known = false;
+    for (const char* k : kKeys) known = known || key == k;
+    MB_CHECK(known, "unknown core option '", key, "'");
+  }
+  CompileOptions out;
+  out.capability = capability_options_from(options);
+  if (options.contains("min_partition_size")) {
+    out.partitioner.min_partition_size = options["min_partition_size"].cast<int>();
+  }
+  if (options.contains("allow_single_node_partition")) {
+    out.partitioner.allow_single_node_partition =
+        options["allow_single_node_partition"].cast<bool>();
+  }
+  if (options.contains("cuda_graphs")) out.cuda_graphs.enabled = options["cuda_graphs"].cast<bool>();
+  if (options.contains("static_inputs")) {
+    out.cuda_graphs.static_inputs = options["static_inputs"].cast<std::vector<int>>();
+  }
+  if (options.contains("max_cuda_graphs")) {
+    out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
+  }
+  return out;
+}
+
+// Owns a Python object that may be dropped on a thread without the GIL
+// (run() and compile() release it).
+struct GilSafeObject {
+  py::object object;
+  explicit GilSafeObject(py::object o) : object(std::move(o)) {}
+  GilSafeObject(const GilSafeObject&) = delete;
+  GilSafeObject& operator=(const GilSafeObject&) = delete;
+  ~GilSafeObject() {
+    py::gil_scoped_acquire gil;
+    object = py::object();
+  }
+};
+
+PythonFallback wrap_fallback(py::object fallback) {
+  if (fallback.is_none()) return nullptr;
+  auto holder = std::make_shared<GilSafeObject>(std::move(fallback));
+  return [holder](NodeId node, std::vector<c10::IValue> inputs) {
+    py::gil_scoped_acquire gil;
+    py::list args;
+    for (const auto& input : inputs) args.append(from_ivalue(input));
+    py::object results = holder->object(node, args);
+    std::vector<c10::IValue> out;
+    for (py::handle result : results) out.push_back(to_ivalue(result));
+    return out;
+  };
+}
+
+py::list node_reports(const Graph& graph, const CompileReport& report) {
+  py::list nodes;
+  for (const Node& node : graph.nodes()) {
+    const SupportDecision& decision = report.decisions[node.id];
+    py::dict entry;
+    entry["id"] = node.id;
+    entry["name"] = node.name;
+    entry["op"] = node.op;
+    entry["source"] = node.source;
+    entry["supported"] = decision.supported;
+    entry["op_class"] = std::string(op_class_name(decision.op_class));
+    entry["reason"] = decision.reason;
+    entry["partition"] = report.partitions.partition_of[node.id];
+    nodes.append(entry);
+  }
+  return nodes;
+}
+
+py::dict report_to_dict(const CompiledGraph& compiled) {
+  const CompileReport& report = compiled.report();
+  py::list stage_times, kernels;
+  for (const auto& [stage, seconds] : report.stage_times) stage_times.append(py::make_tuple(stage, seconds));
+  for (const PartitionPlan& plan : report.fusion.partitions) {
+    for (const KernelGroup& group : plan.groups) {
+      py::dict kernel;
+      kernel["partition"] = plan.partition;
+      kernel["kind"] = std::string(kernel_kind_name(group.kind));
+      kernel["nodes"] = group.nodes;
+      kernel["why"] = group.why;
+      kernels.append(kernel);
+    }
+  }
+  py::dict out = partition_result_to_dict(report.partitions);
+  out["stage_times"] = stage_times;
+  out["nodes"] = node_reports(compiled.graph(), report);
+  out["kernels"] = kernels;
+  out["cuda_graphs"] = compiled.cuda_graphs().status();
+  return out;
+}
+
+py::dict stats_to_dict(const CompiledGraph& compiled) {
+  const ExecutionStats stats = compiled.stats();
+  py::dict out;
+  out["cuda_graph_captures"] = compiled.cuda_graphs().captures();
+  out["cuda_graph_replays"] = compiled.cuda_graphs().replays();
+  out["calls"] = stats.calls;
+  out["kernel_groups_run"] = stats.kernel_groups_run;
+  out["nodes_run_in_partitions"] = stats.nodes_run_in_partitions;
+  out["nodes_run_as_aten_fallback"] = stats.nodes_run_as_aten_fallback;
+  out["nodes_run_as_builtin"] = stats.nodes_run_as_builtin;
+  out["nodes_run_in_python"] = stats.nodes_run_in_python;
+  return out;
+}
+
+}  // namespace
+
+void bind_compile(py::module_& m) {
+  py::class_<CompiledGraph, std::shared_ptr<CompiledGraph>>(m, "CompiledGraph")
+      .def("run",
+           [](const CompiledGraph& compiled, const py::list& args) {
+             std::vector<c10::IValue> inputs;
+             inputs.reserve(args.size());
+             for (py::handle arg : args) inputs.push_back(to_ivalue(arg));
+             std::vector<c10::IValue> outputs;
+             {
+               py::gil_scoped_release release;
+               outputs = compiled.run(std::move(inputs));
+             }
+             py::list result;
+             for (const auto& output : outputs) result.append(from_ivalue(output));
+             return result;
+           },
+           py::arg("inputs"), "Run the graph on a list of inputs; returns the list of outputs.")
+      .def("report", &report_to_dict)
+      .def("stats", &stats_to_dict)
+      .def_property_readonly("graph", [](const CompiledGraph& c) { return c.graph().to_text(true); });
+
+  m.def("compile",
+        [](std::shared_ptr<Graph> graph, const py::dict& options, py::object python_fallback) {
+          CompileOptions compile_options = compile_options_from(options);
+          PythonFallback fallback = wrap_fallback(std::move(python_fallback));
+          std::shared_ptr<CompiledGraph> compiled;
+          {
+            py::gil_scoped_release release;
+            compiled = compile_graph(std::move(graph), compile_options, std::move(fallback));
+          }
+          return compiled;
+        },
+        py::arg("graph"), py::arg("options") = py::dict(), py::arg("python_fallback") = py::none(),
+        "Run the C++ stages (verify, capability, partition, fusion, runtime) on a graph.");
+}
+
+}  // namespace mybackend::bindings

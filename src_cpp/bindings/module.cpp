@@ -1,0 +1,31 @@
+#include "bindings/bindings.h"
+#include "common/error.h"
+
+namespace mybackend::bindings {
+namespace {
+
+bool cuda_enabled() {
+#ifdef MYBACKEND_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+}  // namespace mybackend::bindings
+
+PYBIND11_MODULE(_C, m) {
+  namespace py = pybind11;
+  using namespace mybackend::bindings;
+  m.doc() = "mybackend's C++ core: graph IR, capability, partitioning, fusion, runtime";
+  // Registered base first: pybind11 tries the most recently registered
+  // translator first, so InternalError is matched before Error.
+  auto error = py::register_exception<mybackend::Error>(m, "Error", PyExc_RuntimeError);
+  py::register_exception<mybackend::InternalError>(m, "InternalError", error.ptr());
+  m.def("cuda_enabled", &cuda_enabled, "True when the extension was built with CUDA kernels");
+  bind_ir(m);
+  bind_capability(m);
+  bind_partition(m);
+  bind_compile(m);
+}

@@ -1,0 +1,23 @@
+// Normalizations: a reduction and an elementwise pass over the same rows,
+// which CUDA engine I runs as one kernel.
+#include "capability/predicates.h"
+
+namespace mybackend {
+
+void register_normalization_ops(CapabilityRegistry& registry) {
+  auto floating = predicates::all_of({predicates::floating_tensors(), predicates::max_rank(8)});
+  for (const char* op :
+       {"aten::_softmax.default", "aten::_log_softmax.default",
+        "aten::_softmax_backward_data.default", "aten::_log_softmax_backward_data.default",
+        "aten::native_layer_norm.default", "aten::native_layer_norm_backward.default",
+        "aten::_fused_rms_norm.default", "aten::_fused_rms_norm_backward.default",
+        "aten::native_batch_norm.default", "aten::native_batch_norm_backward.default",
+        "aten::_native_batch_norm_legit_functional.default",
+        "aten::_native_batch_norm_legit_no_training.default",
+        "aten::_native_batch_norm_legit.no_stats", "aten::native_group_norm.default",
+        "aten::native_group_norm_backward.default"}) {
+    registry.add(op, OpClass::Normalization, floating);
+  }
+}
+
+}  // namespace mybackend

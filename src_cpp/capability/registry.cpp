@@ -1,0 +1,129 @@
+#include "capability/registry.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+// The checks every op shares, whatever its class: tensors must be of a kind
+// the runtime can hand to a kernel at all.
+std::optional<std::string> check_common(const Graph& graph, const Node& node) {
+  auto check_value = [&](ValueId id) -> std::optional<std::string> {
+    const Value& v = graph.value(id);
+    if (v.kind == ValueKind::Opaque) {
+      return "value %" + std::to_string(id) + " (" + v.name +
+             ") is not a strided tensor or a scalar (sparse, nested or opaque)";
+    }
+    if (v.kind != ValueKind::Tensor) return std::nullopt;
+    DeviceType type = v.tensor.device.type;
+    if (type != DeviceType::CPU && type != DeviceType::CUDA) {
+      return "tensor %" + std::to_string(id) + " is on device " + v.tensor.device.str() +
+             "; the core runs cpu and cuda";
+    }
+    return std::nullopt;
+  };
+  for (ValueId id : node.input_values()) {
+    if (auto reason = check_value(id)) return reason;
+  }
+  for (ValueId id : node.outputs) {
+    if (auto reason = check_value(id)) return reason;
+  }
+  return std::nullopt;
+}
+
+bool contains(const std::vector<std::string>& list, std::string_view item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+}  // namespace
+
+std::string_view op_class_name(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::Pointwise: return "pointwise";
+    case OpClass::Reduction: return "reduction";
+    case OpClass::Normalization: return "normalization";
+    case OpClass::Matmul: return "matmul";
+    case OpClass::Convolution: return "convolution";
+    case OpClass::Attention: return "attention";
+    case OpClass::View: return "view";
+    case OpClass::Other: return "other";
+  }
+  return "other";
+}
+
+const CapabilityRegistry& CapabilityRegistry::builtin() {
+  static const CapabilityRegistry registry = [] {
+    CapabilityRegistry r;
+    register_pointwise_ops(r);
+    register_reduction_ops(r);
+    register_normalization_ops(r);
+    register_matmul_ops(r);
+    register_convolution_ops(r);
+    register_attention_ops(r);
+    register_view_ops(r);
+    return r;
+  }();
+  return registry;
+}
+
+void CapabilityRegistry::add(std::string op, OpClass op_class, SupportPredicate predicate) {
+  MB_ASSERT(entries_.count(op) == 0, "op ", op, " registered twice");
+  OpEntry entry{op, op_class, std::move(predicate)};
+  entries_.emplace(std::move(op), std::move(entry));
+}
+
+const OpEntry* CapabilityRegistry::find(std::string_view op) const {
+  auto it = entries_.find(std::string(op));
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+SupportDecision CapabilityRegistry::check(const Graph& graph, const Node& node,
+                                          const CapabilityOptions& options) const {
+  SupportDecision decision;
+  if (node.kind != NodeKind::Aten) {
+    decision.reason = node.kind == NodeKind::Builtin
+                          ? "symbolic-size arithmetic runs in the executor itself"
+                          : "no ATen schema: runs through the Python fallback";
+    return decision;
+  }
+  const OpEntry* entry = find(node.op);
+  if (entry == nullptr) {
+    decision.reason = "operator " + node.op + " is not in the capability registry";
+    return decision;
+  }
+  decision.op_class = entry->op_class;
+  if (contains(options.disabled_ops, node.op)) {
+    decision.reason = "operator " + node.op + " disabled by option disabled_ops";
+    return decision;
+  }
+  if (contains(options.disabled_classes, op_class_name(entry->op_class))) {
+    decision.reason = "op class " + std::string(op_class_name(entry->op_class)) +
+                      " disabled by option disabled_op_classes";
+    return decision;
+  }
+  if (auto reason = check_common(graph, node)) {
+    decision.reason = *reason;
+    return decision;
+  }
+  if (entry->predicate) {
+    if (auto reason = entry->predicate(graph, node)) {
+      decision.reason = *reason;
+      return decision;
+    }
+  }
+  decision.supported = true;
+  return decision;
+}
+
+std::vector<const OpEntry*> CapabilityRegistry::entries() const {
+  std::vector<const OpEntry*> sorted;
+  sorted.reserve(entries_.size());
+  for (const auto& [name, entry] : entries_) sorted.push_back(&entry);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const OpEntry* a, const OpEntry* b) { return a->op < b->op; });
+  return sorted;
+}
+
+}  // namespace mybackend

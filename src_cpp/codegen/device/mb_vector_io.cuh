@@ -1,0 +1,104 @@
+// Vectorized global loads and stores: N consecutive elements moved as
+// 16-byte (or narrower, for small N*sizeof(T)) chunks.
+//
+// Callers guarantee that p is aligned to min(16, N * sizeof(T)) bytes: the
+// planner marks a tensor "aligned" only when its base is 16-byte aligned, and
+// kernels only call these at element offsets that are multiples of N.
+#pragma once
+
+#include "mb_types.cuh"
+
+namespace mb {
+
+template <int BYTES>
+struct Chunk;
+template <>
+struct Chunk<16> {
+  typedef uint4 type;
+};
+template <>
+struct Chunk<8> {
+  typedef uint2 type;
+};
+template <>
+struct Chunk<4> {
+  typedef unsigned int type;
+};
+template <>
+struct Chunk<2> {
+  typedef unsigned short type;
+};
+template <>
+struct Chunk<1> {
+  typedef unsigned char type;
+};
+
+// Enumerators, not static constexpr members: under -default-device the
+// latter become __device__ globals in the PTX.
+template <class T, int N>
+struct VecTraits {
+  enum : int {
+    kBytes = N * static_cast<int>(sizeof(T)),
+    kChunkBytes = kBytes < 16 ? kBytes : 16,
+    kChunks = kBytes / kChunkBytes,
+  };
+  typedef typename Chunk<kChunkBytes>::type ChunkT;
+};
+
+// The union is how the chunks become elements without a memcpy; every T used
+// here (integers, bool, float, double, f16, bf16) is trivially copyable.
+template <class T, int N>
+union VecBits {
+  typename VecTraits<T, N>::ChunkT chunks[VecTraits<T, N>::kChunks];
+  T elems[N];
+};
+
+template <int N, class T>
+__device__ __forceinline__ void load_vec(const T* __restrict__ p, T (&out)[N]) {
+  typedef VecTraits<T, N> Tr;
+  VecBits<T, N> v;
+  const typename Tr::ChunkT* src = reinterpret_cast<const typename Tr::ChunkT*>(p);
+#pragma unroll
+  for (int i = 0; i < Tr::kChunks; ++i) v.chunks[i] = src[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = v.elems[i];
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store_vec(T* __restrict__ p, const T (&in)[N]) {
+  typedef VecTraits<T, N> Tr;
+  VecBits<T, N> v;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v.elems[i] = in[i];
+  typename Tr::ChunkT* dst = reinterpret_cast<typename Tr::ChunkT*>(p);
+#pragma unroll
+  for (int i = 0; i < Tr::kChunks; ++i) dst[i] = v.chunks[i];
+}
+
+// N elements of storage type T into registers of their compute type. N == 1
+// is a plain scalar access and needs no alignment.
+template <int N, class T, class C>
+__device__ __forceinline__ void load_compute(const T* __restrict__ p, C (&out)[N]) {
+  if constexpr (N == 1) {
+    out[0] = to_compute(p[0]);
+  } else {
+    T raw[N];
+    load_vec<N>(p, raw);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = to_compute(raw[i]);
+  }
+}
+
+template <int N, class T, class C>
+__device__ __forceinline__ void store_compute(T* __restrict__ p, const C (&in)[N]) {
+  if constexpr (N == 1) {
+    p[0] = from_compute<T>(in[0]);
+  } else {
+    T raw[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) raw[i] = from_compute<T>(in[i]);
+    store_vec<N>(p, raw);
+  }
+}
+
+}  // namespace mb

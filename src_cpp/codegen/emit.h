@@ -1,0 +1,52 @@
+// Stage 8a: spec -> CUDA C++ source. One emitter per kernel kind
+// (emit_pointwise.cpp, emit_reduction.cpp, emit_norm.cpp); the parts that do
+// not vary live in device/*.cuh, which every program gets as headers.
+//
+// Note [Kernel ABI]
+// Each entry point is extern "C" (its name is the symbol the runtime looks
+// up) and takes, in order, the parameters listed in KernelEntry::params:
+// device pointers, then scalar arguments (double for floating scalars,
+// int64 for the rest), then sizes as int64, then shapes and strides as
+// mb::Dims<R> (R int64 values, passed by value). Loops are grid-stride, so
+// any grid size is correct; the runtime picks one for occupancy.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_spec.h"
+
+namespace mybackend {
+
+struct KernelParam {
+  enum class Kind : std::int8_t { Pointer, Int64, Float64, Dims };
+  Kind kind = Kind::Pointer;
+  std::string name;  // "in0", "out1", "scalar2", "numel", "shape", "stride_in1", ...
+  int rank = 0;      // Dims only
+
+  std::size_t size_bytes() const;
+};
+
+struct KernelEntry {
+  std::string name;  // the extern "C" symbol
+  std::vector<KernelParam> params;
+  int block_x = 256;
+  int block_y = 1;
+  // Elements one thread handles per loop step (the vector width): the
+  // runtime divides by it when sizing the grid.
+  int elements_per_thread = 1;
+};
+
+struct EmittedKernel {
+  std::string source;
+  std::vector<KernelEntry> entries;
+};
+
+// Each throws InternalError when validate(spec) reports a problem: the
+// planner asks validate() first, so an invalid spec here is a bug.
+EmittedKernel emit_pointwise(const PointwiseSpec& spec);
+EmittedKernel emit_reduction(const ReductionSpec& spec);
+EmittedKernel emit_norm(const NormSpec& spec);
+
+}  // namespace mybackend

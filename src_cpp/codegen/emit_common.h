@@ -1,0 +1,68 @@
+// Pieces of CUDA C++ that several emitters write: type names, exact
+// literals, the SSA body of a pointwise computation, strided offsets.
+// Internal to codegen/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/emit.h"
+#include "codegen/kernel_spec.h"
+
+namespace mybackend::emit {
+
+// The C++ type a tensor element is stored as (mb::f16, float, mb::i64, ...).
+std::string_view storage_type(DType dtype);
+// The register type a value of `dtype` is computed in (fp16/bf16 -> float).
+std::string_view compute_type(DType dtype);
+std::string_view index_type(bool index64);
+
+// An exact C++ literal: hex floats for finite floating values, so that the
+// value in the kernel is bit-for-bit the one in the spec.
+std::string hexfloat(double value);
+std::string literal(DType dtype, double f, std::int64_t i);
+// `expr`, a value of dtype `from` in its compute type, as a value of `to`.
+std::string cast_expr(DType from, DType to, const std::string& expr);
+
+std::string hex16(std::uint64_t value);
+// Elements per 16-byte access for the narrowest of `dtypes`, at most 8.
+int vector_width(const std::vector<DType>& dtypes);
+
+// The spec text as a C++ comment block, so that a dumped kernel says what
+// it computes.
+std::string comment_block(const std::string& text);
+
+// `__device__ void <name>(const C x0, ..., const C s0, ..., C& y0, ...)`:
+// the SSA instructions of `spec` over already-loaded inputs (x<i>, in
+// compute types), argument scalars (s<j>) and outputs (y<k>).
+std::string body_function(const PointwiseSpec& spec, std::string_view name);
+// The argument list that calls body_function: x, scalar and y names with a
+// prefix/suffix each, e.g. ("x", "[k]") -> "x0[k], x1[k], s0, y0[k]".
+std::string body_call_args(const PointwiseSpec& spec, const std::string& in_prefix,
+                           const std::string& in_suffix, const std::string& scalar_prefix,
+                           const std::string& out_prefix, const std::string& out_suffix);
+// Inputs read by some Load instruction (unused inputs are never loaded).
+std::vector<bool> used_inputs(const PointwiseSpec& spec);
+
+// Declarations of the kernel-argument scalars converted to compute types:
+// "const float s0 = static_cast<float>(scalar0_arg);".
+std::string scalar_locals(const PointwiseSpec& spec, const std::string& arg_prefix,
+                          const std::string& indent);
+
+struct OffsetTensor {
+  std::string offset_var;  // the I variable receiving the element offset
+  std::string strides;     // the mb::Dims<rank> holding its strides
+  int rank = 0;
+};
+// Statements that set every tensor's offset from the linear index `linear`
+// of an iteration space of rank `rank` whose sizes are in `shape`.
+std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
+                            const std::string& shape, const std::string& linear,
+                            const std::string& indent);
+
+// The kernel parameter for a Dims<rank> argument, as source text and as ABI.
+std::string dims_param(int rank, const std::string& name);
+
+}  // namespace mybackend::emit

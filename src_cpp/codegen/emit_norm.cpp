@@ -1,0 +1,180 @@
+// Normalization kernels: the row algorithms are templates in
+// device/mb_norm.cuh; this emitter picks the instantiation (dtypes, vector
+// width, which optional tensors exist) and writes the extern "C" entry
+// points with their parameters.
+#include <sstream>
+
+#include "codegen/emit.h"
+#include "codegen/emit_common.h"
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+using emit::storage_type;
+
+std::string b(bool value) { return value ? "true" : "false"; }
+
+// One entry point under construction: parameters as source, as ABI, and
+// the arguments passed on to the device template.
+struct Entry {
+  KernelEntry abi;
+  std::ostringstream params;
+  std::vector<std::string> call_args;
+
+  void pointer(const std::string& type, const std::string& name, bool is_const) {
+    params << (abi.params.empty() ? "\n    " : ",\n    ") << (is_const ? "const " : "") << type
+           << "* __restrict__ " << name;
+    abi.params.push_back({KernelParam::Kind::Pointer, name});
+    call_args.push_back(name);
+  }
+  // An optional tensor: a parameter only when present, nullptr for the template otherwise.
+  void optional_pointer(bool present, const std::string& type, const std::string& name,
+                        bool is_const) {
+    if (present) {
+      pointer(type, name, is_const);
+    } else {
+      call_args.push_back("static_cast<" + std::string(is_const ? "const " : "") + type +
+                          "*>(nullptr)");
+    }
+  }
+  void sizes(bool with_eps) {
+    params << ",\n    const long long rows,\n    const long long cols";
+    abi.params.push_back({KernelParam::Kind::Int64, "rows"});
+    abi.params.push_back({KernelParam::Kind::Int64, "cols"});
+    call_args.push_back("static_cast<I>(rows)");
+    call_args.push_back("static_cast<I>(cols)");
+    if (with_eps) {
+      params << ",\n    const double eps";
+      abi.params.push_back({KernelParam::Kind::Float64, "eps"});
+      call_args.push_back("eps");
+    }
+  }
+  std::string write(const std::string& callee) const {
+    std::ostringstream out;
+    out << "extern \"C\" __global__ void __launch_bounds__(" << abi.block_x * abi.block_y << ") "
+        << abi.name << "(" << params.str() << ") {\n  " << callee << "(";
+    for (std::size_t k = 0; k < call_args.size(); ++k) out << (k ? ", " : "") << call_args[k];
+    out << ");\n}\n";
+    return out.str();
+  }
+};
+
+struct Names {
+  std::string t;      // storage type of x / grads
+  std::string to;     // storage type of the softmax output
+  std::string w;      // storage type of weight and bias
+  std::string stats;  // type of mean / rstd
+  int vec = 1;
+};
+
+Names names_of(const NormSpec& spec) {
+  Names n;
+  n.t = storage_type(spec.dtype);
+  n.to = storage_type(spec.out_dtype);
+  n.w = storage_type(spec.weight_dtype);
+  n.stats = emit::compute_type(spec.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
+  std::vector<DType> dtypes = {spec.dtype, spec.out_dtype};
+  if (spec.has_weight || spec.has_bias) dtypes.push_back(spec.weight_dtype);
+  n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
+  return n;
+}
+
+std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
+  const bool log =
+      spec.kind == NormKind::LogSoftmaxForward || spec.kind == NormKind::LogSoftmaxBackward;
+  if (spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward) {
+    e.pointer(n.t, "x", true);
+    e.pointer(n.to, "y", false);
+    e.sizes(false);
+    return e.write("mb::softmax_forward<" + n.t + ", " + n.to + ", I, " + std::to_string(n.vec) +
+                   ", " + b(log) + ">");
+  }
+  e.pointer(n.t, "grad_out", true);
+  e.pointer(n.t, "out", true);
+  e.pointer(n.t, "grad_in", false);
+  e.sizes(false);
+  return e.write("mb::softmax_backward<" + n.t + ", I, " + std::to_string(n.vec) + ", " + b(log) +
+                 ">");
+}
+
+std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
+  const bool rms = spec.kind == NormKind::RmsNormForward;
+  e.pointer(n.t, "x", true);
+  e.optional_pointer(spec.has_weight, n.w, "weight", true);
+  e.optional_pointer(spec.has_bias, n.w, "bias", true);
+  e.pointer(n.t, "y", false);
+  e.optional_pointer(spec.save_stats && !rms, n.stats, "mean", false);
+  e.optional_pointer(spec.save_stats, n.stats, "rstd", false);
+  e.sizes(true);
+  return e.write("mb::norm_forward<" + n.t + ", " + n.w + ", I, " + std::to_string(n.vec) + ", " +
+                 b(rms) + ", " + b(spec.has_weight) + ", " + b(spec.has_bias) + ", " +
+                 b(spec.save_stats) + ">");
+}
+
+// Backward norms have two entry points: grad_in (block per row) and, when
+// asked for, the weight/bias grads (a column reduction over rows).
+std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Entry& params_entry) {
+  const bool rms = spec.kind == NormKind::RmsNormBackward;
+  e.pointer(n.t, "grad_out", true);
+  e.pointer(n.t, "x", true);
+  e.optional_pointer(!rms, n.stats, "mean", true);
+  e.pointer(n.stats, "rstd", true);
+  e.optional_pointer(spec.has_weight, n.w, "weight", true);
+  e.pointer(n.t, "grad_in", false);
+  e.sizes(false);
+  std::string src =
+      e.write("mb::norm_backward_input<" + n.t + ", " + n.w + ", I, " + std::to_string(n.vec) +
+              ", " + b(rms) + ", " + b(spec.has_weight) + ">");
+  const bool has_bias = spec.has_bias && !rms;
+  if (!spec.param_grads || !(spec.has_weight || has_bias)) return src;
+  Entry& p = params_entry;
+  p.pointer(n.t, "grad_out", true);
+  p.pointer(n.t, "x", true);
+  p.optional_pointer(!rms, n.stats, "mean", true);
+  p.pointer(n.stats, "rstd", true);
+  p.optional_pointer(spec.has_weight, n.w, "grad_weight", false);
+  p.optional_pointer(has_bias, n.w, "grad_bias", false);
+  p.sizes(false);
+  return src + "\n" +
+         p.write("mb::norm_backward_params<" + n.t + ", " + n.w + ", I, " + b(rms) + ", " +
+                 b(spec.has_weight) + ", " + b(has_bias) + ">");
+}
+
+}  // namespace
+
+EmittedKernel emit_norm(const NormSpec& spec) {
+  const std::string problem = validate(spec);
+  MB_ASSERT(problem.empty(), "emit_norm given an invalid spec: ", problem, "\n", spec.to_string());
+  const Names n = names_of(spec);
+  const std::string base = "mb_norm_" + emit::hex16(spec.hash());
+  Entry main;
+  main.abi.name = base;
+  main.abi.block_x = spec.threads;
+  main.abi.elements_per_thread = n.vec;
+  Entry params;
+  params.abi.name = base + "_params";
+  params.abi.block_x = 32;  // reduce_outer's block shape
+  params.abi.block_y = 8;
+
+  std::string entries;
+  switch (spec.kind) {
+    case NormKind::SoftmaxForward:
+    case NormKind::LogSoftmaxForward:
+    case NormKind::SoftmaxBackward:
+    case NormKind::LogSoftmaxBackward: entries = softmax_entries(spec, n, main); break;
+    case NormKind::LayerNormForward:
+    case NormKind::RmsNormForward: entries = forward_entries(spec, n, main); break;
+    case NormKind::LayerNormBackward:
+    case NormKind::RmsNormBackward: entries = backward_entries(spec, n, main, params); break;
+  }
+  std::ostringstream src;
+  src << emit::comment_block(spec.to_string()) << "#include \"mb_norm.cuh\"\n\n"
+      << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
+      << entries;
+  EmittedKernel kernel{src.str(), {main.abi}};
+  if (!params.abi.params.empty()) kernel.entries.push_back(params.abi);
+  return kernel;
+}
+
+}  // namespace mybackend

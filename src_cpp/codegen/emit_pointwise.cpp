@@ -1,0 +1,185 @@
+// Pointwise kernels: out_k[i] = f_k(inputs[i]) over a flat index i < numel.
+//
+// Shape of the generated kernel:
+//   body()          the SSA instructions on one element, in compute types
+//   vector loop     when every tensor is Aligned: VEC elements per step,
+//                   16-byte loads/stores, grid-stride over numel / VEC
+//   scalar loop     the remaining elements (all of them when some tensor is
+//                   not Aligned), with strided offsets where needed
+#include <sstream>
+
+#include "codegen/emit.h"
+#include "codegen/emit_common.h"
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+using emit::compute_type;
+using emit::storage_type;
+
+struct Layout {
+  const PointwiseSpec& spec;
+  int vec = 1;               // > 1: the vector loop exists
+  bool any_strided = false;  // some tensor takes strides
+  bool needs_shape = false;  // some strided tensor has rank > 0
+};
+
+Layout layout_of(const PointwiseSpec& spec) {
+  Layout layout{spec};
+  bool all_aligned = true;
+  std::vector<DType> dtypes;
+  auto visit = [&](const TensorArg& t) {
+    dtypes.push_back(t.dtype);
+    all_aligned = all_aligned && t.mode == IndexMode::Aligned;
+    layout.any_strided = layout.any_strided || t.mode == IndexMode::Strided;
+    layout.needs_shape = layout.needs_shape || (t.mode == IndexMode::Strided && t.rank > 0);
+  };
+  for (const auto& t : spec.inputs) visit(t);
+  for (const auto& o : spec.outputs) visit(o.tensor);
+  if (all_aligned) layout.vec = emit::vector_width(dtypes);
+  return layout;
+}
+
+// Parameters in Note [Kernel ABI] order, as source and as ABI description.
+void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entry) {
+  const PointwiseSpec& spec = layout.spec;
+  std::string sep = "\n    ";
+  auto param = [&](const std::string& text, KernelParam p) {
+    src << sep << text;
+    sep = ",\n    ";
+    entry.params.push_back(std::move(p));
+  };
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string n = "in" + std::to_string(k);
+    param("const " + std::string(storage_type(spec.inputs[k].dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+  }
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    const std::string n = "out" + std::to_string(k);
+    param(std::string(storage_type(spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+  }
+  for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
+    if (!spec.scalars[k].is_argument) continue;
+    const bool floating = is_floating(spec.scalars[k].dtype);
+    const std::string n = "scalar" + std::to_string(k);
+    param(std::string(floating ? "const double " : "const long long ") + n,
+          {floating ? KernelParam::Kind::Float64 : KernelParam::Kind::Int64, n});
+  }
+  param("const long long numel_arg", {KernelParam::Kind::Int64, "numel"});
+  if (layout.needs_shape)
+    param(emit::dims_param(spec.rank, "shape"), {KernelParam::Kind::Dims, "shape", spec.rank});
+  auto strides = [&](const TensorArg& t, const std::string& n) {
+    if (t.mode != IndexMode::Strided || t.rank == 0) return;
+    param(emit::dims_param(t.rank, "stride_" + n),
+          {KernelParam::Kind::Dims, "stride_" + n, t.rank});
+  };
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k)
+    strides(spec.inputs[k], "in" + std::to_string(k));
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k)
+    strides(spec.outputs[k].tensor, "out" + std::to_string(k));
+}
+
+// The offset expression of tensor `n` at flat index i.
+std::string offset_of(const TensorArg& t, const std::string& n) {
+  return t.mode == IndexMode::Strided ? "off_" + n : "i";
+}
+
+std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {
+  std::vector<emit::OffsetTensor> tensors;
+  auto add = [&](const TensorArg& t, const std::string& n) {
+    if (t.mode == IndexMode::Strided) tensors.push_back({"off_" + n, "stride_" + n, t.rank});
+  };
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k)
+    add(spec.inputs[k], "in" + std::to_string(k));
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k)
+    add(spec.outputs[k].tensor, "out" + std::to_string(k));
+  return tensors;
+}
+
+void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
+  const PointwiseSpec& spec = layout.spec;
+  const std::vector<bool> used = emit::used_inputs(spec);
+  src << "  constexpr int VEC = " << layout.vec << ";\n"
+      << "  const I nvec = numel / VEC;\n"
+      << "  for (I v = first; v < nvec; v += step) {\n"
+      << "    const I i = v * VEC;\n";
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string ct(compute_type(spec.inputs[k].dtype));
+    src << "    " << ct << " x" << k << "[VEC];\n";
+    if (used[k]) src << "    mb::load_compute<VEC>(in" << k << " + i, x" << k << ");\n";
+  }
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << k << "[VEC];\n";
+  }
+  src << "#pragma unroll\n"
+      << "    for (int k = 0; k < VEC; ++k) mb_body("
+      << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "    mb::store_compute<VEC>(out" << k << " + i, y" << k << ");\n";
+  }
+  src << "  }\n";
+}
+
+void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
+  const PointwiseSpec& spec = layout.spec;
+  const std::vector<bool> used = emit::used_inputs(spec);
+  const std::string start = layout.vec > 1 ? "nvec * VEC + first" : "first";
+  src << "  for (I i = " << start << "; i < numel; i += step) {\n";
+  if (layout.any_strided)
+    src << emit::strided_offsets(strided_tensors(spec), spec.rank, "shape", "i", "    ");
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string n = "in" + std::to_string(k);
+    const std::string ct(compute_type(spec.inputs[k].dtype));
+    src << "    const " << ct << " x" << k << " = ";
+    src << (used[k] ? "mb::to_compute(" + n + "[" + offset_of(spec.inputs[k], n) + "])"
+                    : ct + "(0)")
+        << ";\n";
+  }
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << k << ";\n";
+  }
+  src << "    mb_body(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    const std::string n = "out" + std::to_string(k);
+    const TensorArg& t = spec.outputs[k].tensor;
+    src << "    " << n << "[" << offset_of(t, n) << "] = mb::from_compute<" << storage_type(t.dtype)
+        << ">(y" << k << ");\n";
+  }
+  src << "  }\n";
+}
+
+}  // namespace
+
+EmittedKernel emit_pointwise(const PointwiseSpec& spec) {
+  const std::string problem = validate(spec);
+  MB_ASSERT(problem.empty(), "emit_pointwise given an invalid spec: ", problem, "\n",
+            spec.to_string());
+  const Layout layout = layout_of(spec);
+  KernelEntry entry;
+  entry.name = "mb_pointwise_" + emit::hex16(spec.hash());
+  entry.block_x = spec.threads;
+  entry.elements_per_thread = layout.vec;
+
+  std::ostringstream src;
+  src << emit::comment_block(spec.to_string())
+      << "#include \"mb_math.cuh\"\n#include \"mb_vector_io.cuh\"\n\n"
+      << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
+      << emit::body_function(spec, "mb_body") << "\n"
+      << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads << ") " << entry.name
+      << "(";
+  add_params(layout, src, entry);
+  src << ") {\n"
+      << "  const I numel = static_cast<I>(numel_arg);\n"
+      << "  const I step = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);\n"
+      << "  const I first = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+         "static_cast<I>(threadIdx.x);\n"
+      << emit::scalar_locals(spec, "scalar", "  ");
+  if (layout.vec > 1) emit_vector_loop(layout, src);
+  emit_scalar_loop(layout, src);
+  src << "}\n";
+  return EmittedKernel{src.str(), {entry}};
+}
+
+}  // namespace mybackend

@@ -1,0 +1,331 @@
+// Reduction kernels: a Load functor (the prologue on one input element), a
+// Store functor (finalize the accumulator, run the epilogue, store), and a
+// call into the loops of device/mb_reduction.cuh.
+//
+// Index spaces: the input side is the prologue's iteration space (rank
+// input_rank; Inner views it as [rows, n], Outer as [outer, n, inner]); the
+// output side is the epilogue's (rank output_rank, [rows] or [outer, inner]).
+// Strided tensors on either side get that side's shape.
+#include <sstream>
+
+#include "codegen/emit.h"
+#include "codegen/emit_common.h"
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+using emit::compute_type;
+using emit::storage_type;
+
+struct Side {
+  const PointwiseSpec& spec;
+  std::string ptr_prefix;     // "in" (prologue inputs) or "ein" (epilogue inputs)
+  std::string scalar_prefix;  // kernel parameter names of argument scalars
+  std::string shape;          // "in_shape" or "out_shape"
+  std::size_t first_input;    // the epilogue's input 0 is the reduced value, not a tensor
+};
+
+bool needs_shape(const Side& side, bool with_outputs) {
+  bool any = false;
+  for (std::size_t k = side.first_input; k < side.spec.inputs.size(); ++k) {
+    const TensorArg& t = side.spec.inputs[k];
+    any = any || (t.mode == IndexMode::Strided && t.rank > 0);
+  }
+  if (with_outputs) {
+    for (const auto& o : side.spec.outputs)
+      any = any || (o.tensor.mode == IndexMode::Strided && o.tensor.rank > 0);
+  }
+  return any;
+}
+
+std::vector<emit::OffsetTensor> strided_of(const Side& side, bool with_outputs) {
+  std::vector<emit::OffsetTensor> tensors;
+  for (std::size_t k = side.first_input; k < side.spec.inputs.size(); ++k) {
+    const TensorArg& t = side.spec.inputs[k];
+    const std::string n = side.ptr_prefix + std::to_string(k);
+    if (t.mode == IndexMode::Strided) tensors.push_back({"off_" + n, "stride_" + n, t.rank});
+  }
+  if (with_outputs) {
+    for (std::size_t k = 0; k < side.spec.outputs.size(); ++k) {
+      const TensorArg& t = side.spec.outputs[k].tensor;
+      if (t.mode == IndexMode::Strided)
+        tensors.push_back(
+            {"off_out" + std::to_string(k), "stride_out" + std::to_string(k), t.rank});
+    }
+  }
+  return tensors;
+}
+
+std::string offset_of(const TensorArg& t, const std::string& n, const std::string& linear) {
+  return t.mode == IndexMode::Strided ? "off_" + n : linear;
+}
+
+// Struct members shared by Load and Store: pointers, scalars, shape, strides.
+void members(const Side& side, bool with_outputs, std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
+    src << "  const " << storage_type(spec.inputs[k].dtype) << "* __restrict__ " << side.ptr_prefix
+        << k << ";\n";
+  }
+  if (with_outputs) {
+    for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+      src << "  " << storage_type(spec.outputs[k].tensor.dtype) << "* __restrict__ out" << k
+          << ";\n";
+    }
+  }
+  for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
+    if (spec.scalars[k].is_argument)
+      src << "  " << compute_type(spec.scalars[k].dtype) << " s" << k << ";\n";
+  }
+  if (needs_shape(side, with_outputs)) src << "  mb::Dims<" << spec.rank << "> shape;\n";
+  for (const auto& t : strided_of(side, with_outputs)) {
+    if (t.rank > 0) src << "  mb::Dims<" << t.rank << "> " << t.strides << ";\n";
+  }
+}
+
+// Statements loading every used input at linear index `linear` into x<k>.
+void load_inputs(const Side& side, const std::string& linear, std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  const std::vector<bool> used = emit::used_inputs(spec);
+  for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
+    const std::string n = side.ptr_prefix + std::to_string(k);
+    const std::string ct(compute_type(spec.inputs[k].dtype));
+    src << "    const " << ct << " x" << k << " = "
+        << (used[k] ? "mb::to_compute(" + n + "[" + offset_of(spec.inputs[k], n, linear) + "])"
+                    : ct + "(0)")
+        << ";\n";
+  }
+}
+
+void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  const std::string value(compute_type(spec.outputs[0].tensor.dtype));
+  src << "struct Load {\n  typedef " << value << " Value;\n";
+  members(side, false, src);
+  src << "  __device__ __forceinline__ Value operator()(const I i) const {\n";
+  src << emit::strided_offsets(strided_of(side, false), spec.rank, "shape", "i", "    ");
+  load_inputs(side, "i", src);
+  src << "    Value y0;\n    mb_prologue(" << emit::body_call_args(spec, "x", "", "s", "y", "")
+      << ");\n"
+      << "    return y0;\n  }\n";
+  if (vec > 1) {
+    // Only emitted when every input is Aligned (see reduce_inner_block).
+    const std::vector<bool> used = emit::used_inputs(spec);
+    src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
+           "const {\n";
+    for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+      src << "    " << compute_type(spec.inputs[k].dtype) << " x" << k << "[N];\n";
+      if (used[k]) src << "    mb::load_compute<N>(in" << k << " + i, x" << k << ");\n";
+    }
+    src << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_prologue("
+        << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n  }\n";
+  }
+  src << "};\n\n";
+}
+
+// The reduced value, from accumulator `acc` over `n` elements, as out_dtype.
+std::string finalize_expr(const ReductionSpec& spec, DType acc_dtype) {
+  const std::string a(compute_type(acc_dtype));
+  const std::string count = "static_cast<" + a + ">(n)";
+  std::string value = "acc";
+  DType from = acc_dtype;
+  switch (spec.op) {
+    case ReduceOp::Mean: value = "acc / " + count; break;
+    case ReduceOp::Var:
+    case ReduceOp::Std: {
+      const std::string dof = "mb::maximum(" + a + "(0), " + count + " - " +
+                              emit::literal(acc_dtype, spec.correction, 0) + ")";
+      value = "acc.m2 / " + dof;
+      if (spec.op == ReduceOp::Std) value = "mb::sqrt(" + value + ")";
+      break;
+    }
+    case ReduceOp::Argmax:
+    case ReduceOp::Argmin:
+      value = "acc.index";
+      from = DType::Int64;
+      break;
+    default: break;
+  }
+  return emit::cast_expr(from, spec.out_dtype, value);
+}
+
+void emit_store_struct(const ReductionSpec& rspec, const Side& side, DType acc_dtype,
+                       std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  src << "struct Store {\n";
+  members(side, true, src);
+  src << "  template <class Acc>\n"
+      << "  __device__ __forceinline__ void operator()(const I o, const Acc& acc, const I n) const "
+         "{\n"
+      << "    const " << compute_type(rspec.out_dtype)
+      << " x0 = " << finalize_expr(rspec, acc_dtype) << ";\n";
+  src << emit::strided_offsets(strided_of(side, true), spec.rank, "shape", "o", "    ");
+  load_inputs(side, "o", src);
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << k << ";\n";
+  }
+  src << "    mb_epilogue(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    const TensorArg& t = spec.outputs[k].tensor;
+    const std::string n = "out" + std::to_string(k);
+    src << "    " << n << "[" << offset_of(t, n, "o") << "] = mb::from_compute<"
+        << storage_type(t.dtype) << ">(y" << k << ");\n";
+  }
+  src << "  }\n};\n\n";
+}
+
+std::string reducer_type(ReduceOp op, DType acc_dtype) {
+  const std::string a(compute_type(acc_dtype));
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return "mb::SumReducer<" + a + ">";
+    case ReduceOp::Prod: return "mb::ProdReducer<" + a + ">";
+    case ReduceOp::Amax: return "mb::MaxReducer<" + a + ">";
+    case ReduceOp::Amin: return "mb::MinReducer<" + a + ">";
+    case ReduceOp::Var:
+    case ReduceOp::Std: return "mb::WelfordReducer<" + a + ">";
+    case ReduceOp::Argmax: return "mb::ArgReducer<" + a + ", true>";
+    case ReduceOp::Argmin: return "mb::ArgReducer<" + a + ", false>";
+  }
+  return {};
+}
+
+// Kernel parameters (Note [Kernel ABI] order) plus the initializers of the
+// Load and Store members, which follow the same order.
+struct Params {
+  std::ostringstream src;
+  std::vector<std::string> load_init;
+  std::vector<std::string> store_init;
+  std::string sep = "\n    ";
+  KernelEntry* entry = nullptr;
+
+  void add(const std::string& text, KernelParam p) {
+    src << sep << text;
+    sep = ",\n    ";
+    entry->params.push_back(std::move(p));
+  }
+};
+
+void add_pointer_params(const Side& in, const Side& out, Params& p) {
+  for (std::size_t k = 0; k < in.spec.inputs.size(); ++k) {
+    const std::string n = "in" + std::to_string(k);
+    p.add("const " + std::string(storage_type(in.spec.inputs[k].dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+    p.load_init.push_back(n);
+  }
+  for (std::size_t k = 1; k < out.spec.inputs.size(); ++k) {
+    const std::string n = "ein" + std::to_string(k);
+    p.add("const " + std::string(storage_type(out.spec.inputs[k].dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+    p.store_init.push_back(n);
+  }
+  for (std::size_t k = 0; k < out.spec.outputs.size(); ++k) {
+    const std::string n = "out" + std::to_string(k);
+    p.add(std::string(storage_type(out.spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+    p.store_init.push_back(n);
+  }
+}
+
+void add_scalar_params(const Side& side, std::vector<std::string>& init, Params& p) {
+  for (std::size_t k = 0; k < side.spec.scalars.size(); ++k) {
+    const PwScalar& s = side.spec.scalars[k];
+    if (!s.is_argument) continue;
+    const bool floating = is_floating(s.dtype);
+    const std::string n = side.scalar_prefix + std::to_string(k);
+    p.add(std::string(floating ? "const double " : "const long long ") + n,
+          {floating ? KernelParam::Kind::Float64 : KernelParam::Kind::Int64, n});
+    init.push_back(emit::cast_expr(floating ? DType::Float64 : DType::Int64, s.dtype, n));
+  }
+}
+
+void add_dims_params(const Side& side, bool with_outputs, std::vector<std::string>& init,
+                     Params& p) {
+  if (needs_shape(side, with_outputs)) {
+    p.add(emit::dims_param(side.spec.rank, side.shape),
+          {KernelParam::Kind::Dims, side.shape, side.spec.rank});
+    init.push_back(side.shape);
+  }
+  for (const auto& t : strided_of(side, with_outputs)) {
+    if (t.rank == 0) continue;
+    p.add(emit::dims_param(t.rank, t.strides), {KernelParam::Kind::Dims, t.strides, t.rank});
+    init.push_back(t.strides);
+  }
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+}  // namespace
+
+EmittedKernel emit_reduction(const ReductionSpec& spec) {
+  const std::string problem = validate(spec);
+  MB_ASSERT(problem.empty(), "emit_reduction given an invalid spec: ", problem, "\n",
+            spec.to_string());
+  const PointwiseSpec prologue = effective_prologue(spec);
+  const PointwiseSpec epilogue = effective_epilogue(spec);
+  const Side in{prologue, "in", "scalar", "in_shape", 0};
+  const Side out{epilogue, "ein", "escalar", "out_shape", 1};
+  const DType acc_dtype = reduction_acc_dtype(prologue.outputs[0].tensor.dtype);
+
+  bool aligned = !prologue.inputs.empty();
+  std::vector<DType> in_dtypes;
+  for (const auto& t : prologue.inputs) {
+    aligned = aligned && t.mode == IndexMode::Aligned;
+    in_dtypes.push_back(t.dtype);
+  }
+  const bool inner_block =
+      spec.axis == ReduceAxis::Inner && spec.strategy == ReduceStrategy::BlockPerRow;
+  const int vec = inner_block && aligned ? emit::vector_width(in_dtypes) : 1;
+
+  KernelEntry entry;
+  entry.name = "mb_reduction_" + emit::hex16(spec.hash());
+  entry.block_x = spec.axis == ReduceAxis::Outer ? 32 : spec.threads;
+  entry.block_y = spec.axis == ReduceAxis::Outer ? 8 : 1;
+  entry.elements_per_thread = vec;
+
+  std::ostringstream src;
+  src << emit::comment_block(spec.to_string()) << "#include \"mb_reduction.cuh\"\n\n"
+      << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
+      << emit::body_function(prologue, "mb_prologue") << "\n"
+      << emit::body_function(epilogue, "mb_epilogue") << "\n";
+  emit_load_struct(in, vec, src);
+  emit_store_struct(spec, out, acc_dtype, src);
+
+  Params p;
+  p.entry = &entry;
+  add_pointer_params(in, out, p);
+  add_scalar_params(in, p.load_init, p);
+  add_scalar_params(out, p.store_init, p);
+  const std::string rows = spec.axis == ReduceAxis::Outer ? "outer" : "rows";
+  p.add("const long long " + rows, {KernelParam::Kind::Int64, rows});
+  p.add("const long long n", {KernelParam::Kind::Int64, "n"});
+  if (spec.axis == ReduceAxis::Outer)
+    p.add("const long long inner", {KernelParam::Kind::Int64, "inner"});
+  add_dims_params(in, false, p.load_init, p);
+  add_dims_params(out, true, p.store_init, p);
+
+  const std::string reducer = reducer_type(spec.op, acc_dtype);
+  src << "extern \"C\" __global__ void __launch_bounds__(" << entry.block_x * entry.block_y << ") "
+      << entry.name << "(" << p.src.str() << ") {\n"
+      << "  const Load load{" << join(p.load_init) << "};\n"
+      << "  const Store store{" << join(p.store_init) << "};\n";
+  if (spec.axis == ReduceAxis::Outer) {
+    src << "  mb::reduce_outer<" << reducer
+        << ", I>(load, store, static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner));\n";
+  } else if (inner_block) {
+    src << "  mb::reduce_inner_block<" << reducer << ", I, " << vec
+        << ">(load, store, static_cast<I>(rows), static_cast<I>(n));\n";
+  } else {
+    src << "  mb::reduce_inner_warp<" << reducer
+        << ", I>(load, store, static_cast<I>(rows), static_cast<I>(n));\n";
+  }
+  src << "}\n";
+  return EmittedKernel{src.str(), {entry}};
+}
+
+}  // namespace mybackend

@@ -1,0 +1,201 @@
+#include "codegen/kernel_spec.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "codegen/emit_common.h"
+#include "common/error.h"
+#include "common/hash.h"
+
+namespace mybackend {
+
+std::string_view index_mode_name(IndexMode mode) {
+  switch (mode) {
+    case IndexMode::Aligned: return "aligned";
+    case IndexMode::Contiguous: return "contiguous";
+    case IndexMode::Strided: return "strided";
+  }
+  return "?";
+}
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Amax: return "amax";
+    case ReduceOp::Amin: return "amin";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::Var: return "var";
+    case ReduceOp::Std: return "std";
+    case ReduceOp::Argmax: return "argmax";
+    case ReduceOp::Argmin: return "argmin";
+  }
+  return "?";
+}
+
+std::string_view reduce_axis_name(ReduceAxis axis) {
+  return axis == ReduceAxis::Inner ? "inner" : "outer";
+}
+
+std::string_view reduce_strategy_name(ReduceStrategy strategy) {
+  return strategy == ReduceStrategy::BlockPerRow ? "block_per_row" : "warp_per_row";
+}
+
+std::string_view norm_kind_name(NormKind kind) {
+  switch (kind) {
+    case NormKind::SoftmaxForward: return "softmax";
+    case NormKind::LogSoftmaxForward: return "log_softmax";
+    case NormKind::SoftmaxBackward: return "softmax_backward";
+    case NormKind::LogSoftmaxBackward: return "log_softmax_backward";
+    case NormKind::LayerNormForward: return "layer_norm";
+    case NormKind::LayerNormBackward: return "layer_norm_backward";
+    case NormKind::RmsNormForward: return "rms_norm";
+    case NormKind::RmsNormBackward: return "rms_norm_backward";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string tensor_text(const TensorArg& t) {
+  std::string out =
+      std::string(dtype_short_name(t.dtype)) + " " + std::string(index_mode_name(t.mode));
+  if (t.mode == IndexMode::Strided) out += " rank=" + std::to_string(t.rank);
+  return out;
+}
+
+// Exact and locale-free: the text feeds the hash (Note [Spec text is the
+// identity]).
+std::string number_text(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  return emit::hexfloat(value);
+}
+
+std::string scalar_text(const PwScalar& s) {
+  std::string out = std::string(dtype_short_name(s.dtype)) + " = ";
+  if (s.is_argument) return out + "arg";
+  if (is_floating(s.dtype)) return out + number_text(s.f);
+  return out + std::to_string(s.i);
+}
+
+std::string instr_text(const PwInstr& in) {
+  std::string out = std::string(pw_op_name(in.op));
+  if (in.op == PwOp::Load) out += " in" + std::to_string(in.index);
+  if (in.op == PwOp::Scalar) out += " sc" + std::to_string(in.index);
+  for (std::size_t k = 0; k < in.args.size(); ++k)
+    out += (k ? ", %" : " %") + std::to_string(in.args[k]);
+  return out + " : " + std::string(dtype_short_name(in.dtype));
+}
+
+void indent_into(std::ostringstream& out, const std::string& text, const std::string& indent) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) out << indent << line << "\n";
+}
+
+}  // namespace
+
+std::string PointwiseSpec::to_string() const {
+  std::ostringstream out;
+  out << "pointwise rank=" << rank << " index=" << (index64 ? "i64" : "i32")
+      << " threads=" << threads << "\n";
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    out << "  in" << k << " " << tensor_text(inputs[k]) << "\n";
+  for (std::size_t k = 0; k < scalars.size(); ++k)
+    out << "  sc" << k << " " << scalar_text(scalars[k]) << "\n";
+  for (std::size_t k = 0; k < instrs.size(); ++k)
+    out << "  %" << k << " = " << instr_text(instrs[k]) << "\n";
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    out << "  out" << k << " " << tensor_text(outputs[k].tensor) << " = %" << outputs[k].value
+        << "\n";
+  }
+  return out.str();
+}
+
+std::uint64_t PointwiseSpec::hash() const { return fnv1a64(to_string()); }
+
+std::string ReductionSpec::to_string() const {
+  std::ostringstream out;
+  out << "reduction " << reduce_op_name(op) << " axis=" << reduce_axis_name(axis)
+      << " strategy=" << reduce_strategy_name(strategy) << " input_rank=" << input_rank
+      << " output_rank=" << output_rank << " out=" << dtype_short_name(out_dtype)
+      << " correction=" << number_text(correction) << " index=" << (index64 ? "i64" : "i32")
+      << " threads=" << threads << "\n";
+  if (prologue) {
+    out << "  prologue:\n";
+    indent_into(out, prologue->to_string(), "    ");
+  } else {
+    out << "  input " << tensor_text(input) << "\n";
+  }
+  if (epilogue) {
+    out << "  epilogue:\n";
+    indent_into(out, epilogue->to_string(), "    ");
+  } else {
+    out << "  output " << tensor_text(output) << "\n";
+  }
+  return out.str();
+}
+
+std::uint64_t ReductionSpec::hash() const { return fnv1a64(to_string()); }
+
+std::string NormSpec::to_string() const {
+  std::ostringstream out;
+  out << "norm " << norm_kind_name(kind) << " dtype=" << dtype_short_name(dtype)
+      << " out=" << dtype_short_name(out_dtype) << " weight=" << dtype_short_name(weight_dtype)
+      << " has_weight=" << has_weight << " has_bias=" << has_bias << " save_stats=" << save_stats
+      << " param_grads=" << param_grads << " aligned=" << aligned
+      << " index=" << (index64 ? "i64" : "i32") << " threads=" << threads << "\n";
+  return out.str();
+}
+
+std::uint64_t NormSpec::hash() const { return fnv1a64(to_string()); }
+
+PointwiseSpec effective_prologue(const ReductionSpec& spec) {
+  if (spec.prologue) return *spec.prologue;
+  PointwiseSpec p;
+  p.rank = spec.input_rank;
+  p.index64 = spec.index64;
+  p.inputs = {spec.input};
+  p.instrs = {PwInstr{PwOp::Load, spec.input.dtype, {}, 0}};
+  p.outputs = {PwOutput{TensorArg{spec.input.dtype, IndexMode::Contiguous, 0}, 0}};
+  return p;
+}
+
+PointwiseSpec effective_epilogue(const ReductionSpec& spec) {
+  if (spec.epilogue) return *spec.epilogue;
+  PointwiseSpec p;
+  p.rank = spec.output_rank;
+  p.index64 = spec.index64;
+  p.inputs = {TensorArg{spec.out_dtype, IndexMode::Contiguous, 0}};
+  p.instrs = {PwInstr{PwOp::Load, spec.out_dtype, {}, 0}};
+  p.outputs = {PwOutput{spec.output, 0}};
+  return p;
+}
+
+DType reduction_acc_dtype(DType dtype) {
+  if (dtype == DType::Float64) return DType::Float64;
+  if (is_floating(dtype)) return DType::Float32;
+  // Integers accumulate in 64 bits, as torch sums them into int64.
+  return dtype == DType::UInt64 ? DType::UInt64 : DType::Int64;
+}
+
+bool codegen_supports_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::Bool:
+    case DType::UInt8:
+    case DType::Int8:
+    case DType::Int16:
+    case DType::UInt16:
+    case DType::Int32:
+    case DType::UInt32:
+    case DType::Int64:
+    case DType::UInt64:
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float32:
+    case DType::Float64: return true;
+    default: return false;
+  }
+}
+
+}  // namespace mybackend

@@ -1,0 +1,243 @@
+// Stage 8a input: kernel specs, the printable parameter structs a fusion
+// planner fills in and an emitter turns into CUDA C++ (practice "decide,
+// then parametrise, then emit").
+//
+// Note [Specs hold no sizes]
+// A spec fixes dtypes, ranks, index modes and the computation, never a size:
+// numel, row counts, reduction lengths, shapes and strides are kernel
+// arguments. One compiled kernel therefore serves every batch size and
+// every dynamic shape, and the source (and its cache key) changes only
+// when the computation does.
+//
+// Note [Spec text is the identity]
+// to_string() prints every field in a fixed order; hash() is fnv1a64 of
+// that text. Two specs with equal text are the same kernel. Adding a field
+// means printing it, or two different kernels would share a hash.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/dtype.h"
+
+namespace mybackend {
+
+// Strided tensors take at most this many dims; the planner coalesces
+// contiguous dims before it gets here.
+constexpr int kMaxKernelRank = 8;
+
+// How a kernel finds element i (a linear index, row-major, into the
+// iteration space) of a tensor.
+enum class IndexMode : std::int8_t {
+  // At ptr[i], and ptr is 16-byte aligned: may be read with 16-byte vectors.
+  Aligned,
+  // At ptr[i], with no alignment promise: scalar accesses.
+  Contiguous,
+  // At ptr[sum_d coord_d * stride_d]: per-dim strides are kernel arguments;
+  // stride 0 broadcasts. A tensor of rank r < the iteration rank R lines up
+  // with the last r dims (numpy broadcasting).
+  Strided,
+};
+
+std::string_view index_mode_name(IndexMode mode);
+
+struct TensorArg {
+  DType dtype = DType::Float32;
+  IndexMode mode = IndexMode::Contiguous;
+  int rank = 0;  // Strided only: the number of strides the kernel takes
+};
+
+// ---- pointwise --------------------------------------------------------------
+
+// Each op's arity and dtype rule live in one table (pointwise_ops.cpp).
+// clang-format off
+enum class PwOp : std::int16_t {
+  // Leaves: no SSA operands.
+  Load,    // input `index`
+  Scalar,  // scalar `index`
+  // Arithmetic.
+  Add, Sub, Mul, Div, DivTrunc, DivFloor, Neg, Abs, Reciprocal, Pow, Fmod, Remainder,
+  Maximum, Minimum, Clamp, Sign, Lerp,
+  // Transcendental (floating only).
+  Exp, Exp2, Expm1, Log, Log1p, Log2, Sqrt, Rsqrt, Sin, Cos, Tan, Tanh, Erf,
+  // Activations and their backward forms (first operand: the incoming grad).
+  Sigmoid, Relu, GeluErf, GeluTanh, Silu,
+  ThresholdBackward,  // (grad, x, threshold): x <= threshold ? 0 : grad
+  ReluBackward,       // (grad, y)
+  SigmoidBackward,    // (grad, y)
+  TanhBackward,       // (grad, y)
+  SiluBackward,       // (grad, x)
+  GeluErfBackward,    // (grad, x)
+  GeluTanhBackward,   // (grad, x)
+  // Rounding.
+  Floor, Ceil, Round, Trunc,
+  // Comparisons and predicates (result bool).
+  Eq, Ne, Lt, Le, Gt, Ge, IsNan, IsInf,
+  // Logic (operands any dtype, tested against zero; result bool).
+  LogicalAnd, LogicalOr, LogicalXor, LogicalNot,
+  // Bitwise (integers and bool; shifts integers only).
+  BitAnd, BitOr, BitXor, BitNot, Shl, Shr,
+  // Selection and conversion.
+  Where,  // (cond: bool, a, b)
+  Cast,   // to the instruction's dtype
+};
+// clang-format on
+
+std::string_view pw_op_name(PwOp op);
+std::optional<PwOp> pw_op_from_name(std::string_view name);
+// Every op from Add on: the table tests and docs walk.
+const std::vector<PwOp>& all_pw_ops();
+
+// A scalar operand: either baked into the source (a literal, e.g. gelu's
+// constants or a specialized Python float) or a kernel argument (so that
+// changing it needs no recompile). Arguments travel as double (floating) or
+// int64 (integral and bool).
+struct PwScalar {
+  DType dtype = DType::Float32;
+  bool is_argument = false;
+  double f = 0.0;      // literal value when dtype is floating
+  std::int64_t i = 0;  // literal value otherwise (bool: 0 or 1)
+};
+
+// One SSA instruction; its value id is its position in PointwiseSpec::instrs.
+struct PwInstr {
+  PwOp op = PwOp::Load;
+  DType dtype = DType::Float32;    // the result's dtype
+  std::vector<std::int32_t> args;  // ids of earlier instructions
+  std::int32_t index = -1;         // Load: input position; Scalar: scalar position
+};
+
+struct PwOutput {
+  TensorArg tensor;
+  std::int32_t value = 0;  // the instruction stored
+};
+
+// out_k[i] = f_k(in_0[i], ..., in_{N-1}[i], scalars) for i < numel.
+//
+// Dtypes: every operand already has the dtype the op computes in; the
+// planner applies torch's type promotion as explicit Cast instructions.
+// Values of dtype fp16/bf16 live in fp32 registers (math in fp32, as eager's
+// opmath); a Cast *to* fp16/bf16 rounds to that precision, other ops do not.
+//
+// Aliasing: an output may share memory with an input only as an exact
+// in-place update (same mode, same strides); each element is read before it
+// is written by the same thread.
+struct PointwiseSpec {
+  int rank = 1;  // iteration-space rank (used by Strided tensors)
+  std::vector<TensorArg> inputs;
+  std::vector<PwScalar> scalars;
+  std::vector<PwInstr> instrs;
+  std::vector<PwOutput> outputs;
+  // 64-bit offsets. Required when any tensor spans 2^30 elements or more:
+  // 32-bit indexing keeps the other 2^30 as headroom for grid-stride steps.
+  bool index64 = false;
+  int threads = 256;  // block size
+
+  std::string to_string() const;
+  std::uint64_t hash() const;
+};
+
+// ---- reduction --------------------------------------------------------------
+
+enum class ReduceOp : std::int8_t { Sum, Mean, Amax, Amin, Prod, Var, Std, Argmax, Argmin };
+std::string_view reduce_op_name(ReduceOp op);
+
+// Inner: the input is viewed as [rows, n] and the contiguous n is reduced
+// (any number of innermost dims, coalesced). Outer: [outer, n, inner] and
+// the middle n is reduced (a reduction over a dim that is not innermost).
+enum class ReduceAxis : std::int8_t { Inner, Outer };
+std::string_view reduce_axis_name(ReduceAxis axis);
+
+// Inner reductions only: a block per row, or a warp per row (short rows).
+enum class ReduceStrategy : std::int8_t { BlockPerRow, WarpPerRow };
+std::string_view reduce_strategy_name(ReduceStrategy strategy);
+
+// Reduces one value per element of the input iteration space (rank
+// `input_rank`, sizes passed at run time) to one value per output element.
+//
+// The value reduced is `input` read as is, or, with a prologue, the
+// prologue's output 0 (a PointwiseSpec over the same iteration space whose
+// outputs are not stored: output 0's tensor gives only its dtype).
+// The reduced value has dtype `out_dtype` (Argmax/Argmin: Int64); it is
+// stored to `output`, or, with an epilogue, becomes the epilogue's input 0
+// (a PointwiseSpec over the output space; its other inputs are tensors of
+// that space, and its outputs are what the kernel stores). The sub-specs'
+// own index64 and threads are ignored: the reduction's apply.
+//
+// Accumulation: fp32 for fp16/bf16/fp32, fp64 for fp64, int64 for integers.
+// Var/Std use Welford and divide by max(0, n - correction).
+struct ReductionSpec {
+  ReduceOp op = ReduceOp::Sum;
+  ReduceAxis axis = ReduceAxis::Inner;
+  ReduceStrategy strategy = ReduceStrategy::BlockPerRow;
+  int input_rank = 2;  // iteration-space rank of the input side
+  TensorArg input;     // used when there is no prologue
+  std::optional<PointwiseSpec> prologue;
+  DType out_dtype = DType::Float32;
+  double correction = 1.0;  // Var/Std
+  int output_rank = 1;      // iteration-space rank of the output side
+  TensorArg output;         // used when there is no epilogue
+  std::optional<PointwiseSpec> epilogue;
+  bool index64 = false;
+  int threads = 256;  // Inner: block size; Outer: always 32 x 8
+
+  std::string to_string() const;
+  std::uint64_t hash() const;
+};
+
+// The prologue and epilogue with the implicit identity ones filled in, so
+// that emitters and printers see one shape.
+PointwiseSpec effective_prologue(const ReductionSpec& spec);
+PointwiseSpec effective_epilogue(const ReductionSpec& spec);
+// The accumulator dtype of a reduction over values of `dtype`.
+DType reduction_acc_dtype(DType dtype);
+
+// ---- normalization ----------------------------------------------------------
+
+enum class NormKind : std::int8_t {
+  SoftmaxForward,
+  LogSoftmaxForward,
+  SoftmaxBackward,     // (grad_out, out) -> grad_in
+  LogSoftmaxBackward,  // (grad_out, out) -> grad_in
+  LayerNormForward,    // x, weight?, bias? -> y, mean?, rstd?
+  LayerNormBackward,   // grad_out, x, mean, rstd, weight? -> grad_in; grad_weight?, grad_bias?
+  RmsNormForward,      // x, weight? -> y, rstd?
+  RmsNormBackward,     // grad_out, x, rstd, weight? -> grad_in; grad_weight?
+};
+std::string_view norm_kind_name(NormKind kind);
+
+// Row-wise over the last dim of a [rows, cols] view with contiguous rows
+// (rows and cols are kernel arguments; eps too). Statistics (mean, rstd)
+// are stored in the accumulation dtype: fp32, or fp64 for fp64 inputs.
+struct NormSpec {
+  NormKind kind = NormKind::SoftmaxForward;
+  DType dtype = DType::Float32;         // x, grads, y
+  DType out_dtype = DType::Float32;     // softmax/log_softmax forward output (may differ)
+  DType weight_dtype = DType::Float32;  // weight, bias and their grads
+  bool has_weight = false;
+  bool has_bias = false;    // layer norm only
+  bool save_stats = true;   // forward norms: write mean/rstd for backward
+  bool param_grads = true;  // backward norms: also emit the dweight/dbias kernel
+  bool aligned = false;     // every base pointer 16-byte aligned
+  bool index64 = false;
+  int threads = 256;
+
+  std::string to_string() const;
+  std::uint64_t hash() const;
+};
+
+// ---- validation -------------------------------------------------------------
+
+// Empty when the spec can be emitted, else the reason it cannot: the
+// planner's "can this group become kind K?" question, answered as a value.
+std::string validate(const PointwiseSpec& spec);
+std::string validate(const ReductionSpec& spec);
+std::string validate(const NormSpec& spec);
+
+// DTypes generated kernels handle (no complex, no fp8 yet).
+bool codegen_supports_dtype(DType dtype);
+
+}  // namespace mybackend

@@ -1,0 +1,1 @@
+list(APPEND CORE_SOURCES common/error.cpp)

@@ -1,0 +1,59 @@
+#include "pipeline/pipeline.h"
+
+namespace mybackend {
+namespace {
+
+void run_capability(CompileState& state) {
+  const auto& registry = CapabilityRegistry::builtin();
+  for (const Node& node : state.graph->nodes()) {
+    state.report.decisions.push_back(registry.check(*state.graph, node, state.options.capability));
+  }
+}
+
+void run_partition(CompileState& state) {
+  std::vector<bool> supported, view_only;
+  for (const SupportDecision& decision : state.report.decisions) {
+    supported.push_back(decision.supported);
+    view_only.push_back(decision.op_class == OpClass::View);
+  }
+  state.report.partitions =
+      partition_graph(*state.graph, supported, view_only, state.options.partitioner);
+}
+
+void run_fusion(CompileState& state) {
+  state.report.fusion = plan_fusion(*state.graph, state.report.partitions);
+}
+
+void run_runtime(CompileState& state) {
+  state.executor = std::make_unique<Executor>(state.graph, state.report.partitions,
+                                              state.report.fusion, state.python_fallback);
+}
+
+}  // namespace
+
+std::vector<Stage> compile_stages() {
+  return {
+      {"verify", [](CompileState& state) { state.graph->verify(); }},
+      {"capability", run_capability},
+      {"partition", run_partition},
+      {"fusion", run_fusion},
+      {"runtime", run_runtime},
+  };
+}
+
+std::unique_ptr<CompiledGraph> compile_graph(std::shared_ptr<const Graph> graph,
+                                             const CompileOptions& options,
+                                             PythonFallback python_fallback) {
+  CompileState state;
+  state.graph = std::move(graph);
+  state.options = options;
+  state.python_fallback = std::move(python_fallback);
+  for (const Stage& stage : compile_stages()) {
+    StageTimer timer(state.report.stage_times, stage.name);
+    stage.run(state);
+  }
+  return std::make_unique<CompiledGraph>(std::move(state.executor), std::move(state.report),
+                                         state.options.cuda_graphs);
+}
+
+}  // namespace mybackend

@@ -1,0 +1,1 @@
+list(APPEND RUNTIME_SOURCES pipeline/pipeline.cpp)

@@ -1,0 +1,296 @@
+#include "runtime/cuda_graph_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "common/error.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace mybackend {
+namespace {
+
+// Ops that read device memory on the host or size outputs by data: a graph
+// holding one cannot be replayed.
+constexpr const char* kHostSynchronisingOps[] = {
+    "aten::_local_scalar_dense.default", "aten::item.default",        "aten::nonzero.default",
+    "aten::masked_select.default",       "aten::_unique2.default",    "aten::unique_dim.default",
+    "aten::unique_consecutive.default",  "aten::equal.default",       "aten::is_nonzero.default",
+    "aten::repeat_interleave.Tensor",    "aten::bincount.default",    "aten::histc.default",
+};
+
+}  // namespace
+
+std::string capture_blocker(const Graph& graph) {
+  for (const Node& node : graph.nodes()) {
+    if (node.kind == NodeKind::Python) {
+      return "node " + node.name + " (" + node.op + ") runs in Python";
+    }
+    for (const char* op : kHostSynchronisingOps) {
+      if (node.op == op) return "node " + node.name + " (" + node.op + ") synchronises with the host";
+    }
+  }
+  bool any_cuda = false;
+  for (const Value& value : graph.values()) {
+    if (value.kind != ValueKind::Tensor) continue;
+    if (value.tensor.device.type != DeviceType::CUDA) {
+      return "tensor %" + std::to_string(value.id) + " (" + value.name + ") is on " +
+             value.tensor.device.str() + ", not on a CUDA device";
+    }
+    any_cuda = true;
+  }
+  return any_cuda ? "" : "the graph holds no CUDA tensor";
+}
+
+#ifdef MYBACKEND_WITH_CUDA
+
+namespace {
+
+#define MB_CUDA_CHECK(call)                                                               \
+  do {                                                                                    \
+    cudaError_t status_ = (call);                                                         \
+    MB_CHECK(status_ == cudaSuccess, #call " failed: ", cudaGetErrorString(status_));     \
+  } while (0)
+
+struct CapturedGraph {
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  std::vector<c10::IValue> inputs;   // owned buffers, or the caller's static tensors
+  std::vector<c10::IValue> outputs;  // the graph's output memory
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> handed_out;
+};
+
+// Gives a storage the caller still holds memory of its own (Note [CUDA-graph rules]).
+void move_to_own_memory(c10::StorageImpl& storage) {
+  std::size_t bytes = storage.nbytes();
+  c10::DataPtr fresh = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
+  MB_CUDA_CHECK(cudaMemcpyAsync(fresh.get(), storage.data(), bytes, cudaMemcpyDeviceToDevice,
+                                at::cuda::getCurrentCUDAStream()));
+  storage.set_data_ptr_noswap(std::move(fresh));
+}
+
+}  // namespace
+
+struct CudaGraphRunner::Impl {
+  Impl(const Executor& e, CudaGraphPolicy p) : executor(e), policy(std::move(p)) {}
+  const Executor& executor;
+  CudaGraphPolicy policy;
+  std::string blocker;
+  std::mutex mutex;
+  std::map<std::string, int> calls_by_signature;
+  std::map<std::string, std::unique_ptr<CapturedGraph>> graphs;
+  std::map<std::string, std::string> failures;
+  std::atomic<std::int64_t> captures{0}, replays{0};
+
+  bool is_static(std::size_t i) const {
+    return std::find(policy.static_inputs.begin(), policy.static_inputs.end(),
+                     static_cast<int>(i)) != policy.static_inputs.end();
+  }
+
+  std::string signature(const std::vector<c10::IValue>& inputs) const {
+    std::ostringstream key;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const c10::IValue& v = inputs[i];
+      if (v.isTensor()) {
+        const at::Tensor& t = v.toTensor();
+        key << t.scalar_type() << t.device() << t.sizes() << t.strides();
+        if (is_static(i)) key << "@" << t.data_ptr();
+      } else if (v.isInt()) {
+        key << "i" << v.toInt();
+      } else {
+        key << v.tagKind();
+      }
+      key << ";";
+    }
+    return key.str();
+  }
+
+  std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string key = signature(inputs);
+    if (auto found = graphs.find(key); found != graphs.end()) return replay(*found->second, inputs);
+    if (failures.count(key) || ++calls_by_signature[key] < 2 ||
+        static_cast<int>(graphs.size()) >= policy.max_graphs) {
+      return executor.run(std::move(inputs));  // the first call warms up handles and caches
+    }
+    return capture(key, inputs);
+  }
+
+  std::vector<c10::IValue> capture(const std::string& key, const std::vector<c10::IValue>& inputs);
+  std::vector<c10::IValue> replay(CapturedGraph& captured, const std::vector<c10::IValue>& inputs);
+  std::vector<c10::IValue> hand_out(CapturedGraph& captured, const std::vector<c10::IValue>& inputs);
+};
+
+std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
+                                                        const std::vector<c10::IValue>& inputs) {
+  auto captured = std::make_unique<CapturedGraph>();
+  c10::Device device = at::kCUDA;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].isTensor() && !is_static(i)) {
+      const at::Tensor& t = inputs[i].toTensor();
+      at::Tensor buffer = at::empty_strided(t.sizes(), t.strides(), t.options());
+      buffer.copy_(t);
+      captured->inputs.emplace_back(buffer);
+      device = t.device();
+    } else {
+      captured->inputs.push_back(inputs[i]);
+    }
+  }
+  c10::cuda::CUDAGuard guard(device);
+  at::cuda::CUDAStream caller = at::cuda::getCurrentCUDAStream();
+  at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, device.index());
+  at::cuda::CUDAEvent ready;
+  ready.record(caller);
+  ready.block(side);
+  captured->graph = std::make_unique<at::cuda::CUDAGraph>();
+  std::string error;
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    try {
+      captured->graph->capture_begin();
+      captured->outputs = executor.run(captured->inputs);
+      captured->graph->capture_end();
+    } catch (const std::exception& e) {
+      error = e.what();
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial) {
+        cudaGraphDestroy(partial);
+      }
+      (void)cudaGetLastError();  // capture errors are not sticky; clear the record
+    }
+  }
+  at::cuda::CUDAEvent done;
+  done.record(side);
+  done.block(caller);
+  if (!error.empty()) {
+    failures[key] = error.substr(0, 300);
+    return executor.run(inputs);
+  }
+  captures.fetch_add(1);
+  CapturedGraph& stored = *captured;
+  graphs[key] = std::move(captured);
+  // Capture recorded the work without running it: run it once now.
+  stored.graph->replay();
+  replays.fetch_add(1);
+  return hand_out(stored, inputs);
+}
+
+std::vector<c10::IValue> CudaGraphRunner::Impl::replay(CapturedGraph& captured,
+                                                       const std::vector<c10::IValue>& inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].isTensor() || is_static(i)) continue;
+    at::Tensor buffer = captured.inputs[i].toTensor();
+    const at::Tensor& given = inputs[i].toTensor();
+    if (given.data_ptr() != buffer.data_ptr()) buffer.copy_(given, /*non_blocking=*/true);
+  }
+  for (auto& weak : captured.handed_out) {
+    if (auto storage = weak.lock()) move_to_own_memory(*storage);
+  }
+  captured.handed_out.clear();
+  captured.graph->replay();
+  replays.fetch_add(1);
+  return hand_out(captured, inputs);
+}
+
+// Fresh tensors over the graph's output memory; outputs that alias an input
+// buffer are given back as views of the caller's own input.
+std::vector<c10::IValue> CudaGraphRunner::Impl::hand_out(CapturedGraph& captured,
+                                                         const std::vector<c10::IValue>& inputs) {
+  std::map<const void*, c10::intrusive_ptr<c10::StorageImpl>> wrappers;
+  std::vector<c10::IValue> results;
+  for (const c10::IValue& output : captured.outputs) {
+    if (!output.isTensor()) {
+      results.push_back(output);
+      continue;
+    }
+    const at::Tensor& t = output.toTensor();
+    const void* base = t.storage().data();
+    bool aliased_input = false;
+    for (std::size_t i = 0; i < inputs.size() && !aliased_input; ++i) {
+      if (!captured.inputs[i].isTensor() || captured.inputs[i].toTensor().storage().data() != base) {
+        continue;
+      }
+      results.emplace_back(inputs[i].toTensor().as_strided(t.sizes(), t.strides(), t.storage_offset()));
+      aliased_input = true;
+    }
+    if (aliased_input) continue;
+    auto& wrapper = wrappers[base];
+    if (!wrapper) {
+      wrapper = c10::make_intrusive<c10::StorageImpl>(
+          c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
+          c10::DataPtr(const_cast<void*>(base), t.device()), nullptr, false);
+      captured.handed_out.emplace_back(wrapper);
+    }
+    at::Tensor fresh = at::empty({0}, t.options());
+    fresh.set_(c10::Storage(wrapper), t.storage_offset(), t.sizes(), t.strides());
+    results.emplace_back(std::move(fresh));
+  }
+  return results;
+}
+
+CudaGraphRunner::CudaGraphRunner(const Executor& executor, CudaGraphPolicy policy)
+    : impl_(std::make_unique<Impl>(executor, std::move(policy))) {
+  if (!impl_->policy.enabled) return;
+  impl_->blocker = capture_blocker(executor.graph());
+  // Inputs the graph writes to must stay the caller's own tensors.
+  for (int position : mutated_inputs(executor.graph())) {
+    impl_->policy.static_inputs.push_back(position);
+  }
+}
+
+std::vector<c10::IValue> CudaGraphRunner::run(std::vector<c10::IValue> inputs) {
+  if (!impl_->policy.enabled || !impl_->blocker.empty()) {
+    return impl_->executor.run(std::move(inputs));
+  }
+  return impl_->run(std::move(inputs));
+}
+
+std::string CudaGraphRunner::status() const {
+  if (!impl_->policy.enabled) return "off (option cuda_graphs is false)";
+  if (!impl_->blocker.empty()) return "off: " + impl_->blocker;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::string text = "on: " + std::to_string(impl_->graphs.size()) + " graph(s) captured";
+  for (const auto& [key, reason] : impl_->failures) text += "; a capture failed: " + reason;
+  return text;
+}
+
+std::int64_t CudaGraphRunner::captures() const { return impl_->captures.load(); }
+std::int64_t CudaGraphRunner::replays() const { return impl_->replays.load(); }
+
+#else  // CPU-only build: nothing is ever captured.
+
+struct CudaGraphRunner::Impl {
+  Impl(const Executor& e, CudaGraphPolicy p) : executor(e), policy(std::move(p)) {}
+  const Executor& executor;
+  CudaGraphPolicy policy;
+};
+
+CudaGraphRunner::CudaGraphRunner(const Executor& executor, CudaGraphPolicy policy)
+    : impl_(std::make_unique<Impl>(executor, std::move(policy))) {}
+
+std::vector<c10::IValue> CudaGraphRunner::run(std::vector<c10::IValue> inputs) {
+  return impl_->executor.run(std::move(inputs));
+}
+
+std::string CudaGraphRunner::status() const {
+  return impl_->policy.enabled ? "off: mybackend was built without CUDA"
+                               : "off (option cuda_graphs is false)";
+}
+
+std::int64_t CudaGraphRunner::captures() const { return 0; }
+std::int64_t CudaGraphRunner::replays() const { return 0; }
+
+#endif
+
+CudaGraphRunner::~CudaGraphRunner() = default;
+
+}  // namespace mybackend

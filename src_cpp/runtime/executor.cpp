@@ -1,0 +1,160 @@
+#include "runtime/executor.h"
+
+#include "common/error.h"
+#include "runtime/builtin_ops.h"
+
+namespace mybackend {
+
+Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
+                   const FusionPlan& fusion, PythonFallback python_fallback)
+    : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
+  std::size_t total_calls = graph_->nodes().size();
+  calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
+  for (const ScheduleStep& scheduled : partitions.schedule) {
+    if (scheduled.is_partition) {
+      add_partition_steps(fusion, scheduled.index);
+    } else {
+      add_node_step(graph_->node(scheduled.index));
+    }
+  }
+  plan_releases();
+}
+
+void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
+  MB_ASSERT(partition >= 0 && partition < static_cast<int>(fusion.partitions.size()),
+            "schedule names partition ", partition, " that the fusion plan lacks");
+  for (const KernelGroup& group : fusion.partitions[partition].groups) {
+    Step step;
+    step.kind = StepKind::KernelGroup;
+    for (NodeId id : group.nodes) {
+      step.calls.push_back(calls_.size());
+      calls_.emplace_back(*graph_, graph_->node(id));
+    }
+    steps_.push_back(std::move(step));
+  }
+}
+
+void Executor::add_node_step(const Node& node) {
+  Step step;
+  step.node = node.id;
+  switch (node.kind) {
+    case NodeKind::Aten:
+      step.kind = StepKind::AtenNode;
+      step.calls.push_back(calls_.size());
+      calls_.emplace_back(*graph_, node);
+      break;
+    case NodeKind::Builtin:
+      MB_CHECK(is_known_builtin(node.op), "node ", node.name, " uses unknown builtin ", node.op);
+      step.kind = StepKind::BuiltinNode;
+      break;
+    case NodeKind::Python:
+      MB_CHECK(python_fallback_ != nullptr, "node ", node.name,
+               " needs the Python fallback, which was not provided");
+      step.kind = StepKind::PythonNode;
+      break;
+  }
+  steps_.push_back(std::move(step));
+}
+
+// Each value is released after the last step that reads it, unless the
+// graph returns it.
+void Executor::plan_releases() {
+  std::vector<int> last_use(graph_->values().size(), -1);
+  auto nodes_of = [&](const Step& step) {
+    std::vector<NodeId> ids;
+    if (step.kind == StepKind::KernelGroup || step.kind == StepKind::AtenNode) {
+      for (std::size_t c : step.calls) ids.push_back(calls_[c].node().id);
+    } else {
+      ids.push_back(step.node);
+    }
+    return ids;
+  };
+  for (std::size_t s = 0; s < steps_.size(); ++s) {
+    for (NodeId id : nodes_of(steps_[s])) {
+      for (ValueId v : graph_->node(id).input_values()) last_use[v] = static_cast<int>(s);
+      // Outputs nobody reads are dropped at once.
+      for (ValueId v : graph_->node(id).outputs) {
+        if (last_use[v] < static_cast<int>(s)) last_use[v] = static_cast<int>(s);
+      }
+    }
+  }
+  for (const Argument& out : graph_->outputs()) out.for_each_value([&](ValueId v) { last_use[v] = -1; });
+  for (std::size_t v = 0; v < last_use.size(); ++v) {
+    if (last_use[v] >= 0) steps_[last_use[v]].release_after.push_back(static_cast<ValueId>(v));
+  }
+}
+
+std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
+  const auto& input_ids = graph_->inputs();
+  MB_CHECK(inputs.size() == input_ids.size(), "the compiled graph takes ", input_ids.size(),
+           " inputs, but ", inputs.size(), " were given");
+  binder_.bind(inputs);
+  ValueSlots slots(graph_->values().size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) slots[input_ids[i]] = std::move(inputs[i]);
+  for (const Step& step : steps_) {
+    run_step(step, slots);
+    for (ValueId v : step.release_after) slots[v] = c10::IValue();
+  }
+  std::vector<c10::IValue> outputs;
+  outputs.reserve(graph_->outputs().size());
+  for (const Argument& out : graph_->outputs()) {
+    outputs.push_back(out.kind == Argument::Kind::Value
+                          ? slots[out.value]
+                          : argument_to_ivalue(out, c10::AnyType::get(), slots));
+  }
+  counters_.calls.fetch_add(1, std::memory_order_relaxed);
+  return outputs;
+}
+
+void Executor::run_step(const Step& step, ValueSlots& slots) const {
+  switch (step.kind) {
+    case StepKind::KernelGroup:
+      for (std::size_t c : step.calls) calls_[c].run(slots);
+      counters_.groups.fetch_add(1, std::memory_order_relaxed);
+      counters_.in_partitions.fetch_add(static_cast<std::int64_t>(step.calls.size()),
+                                        std::memory_order_relaxed);
+      return;
+    case StepKind::AtenNode:
+      calls_[step.calls[0]].run(slots);
+      counters_.aten.fetch_add(1, std::memory_order_relaxed);
+      return;
+    case StepKind::BuiltinNode:
+      run_builtin(graph_->node(step.node), slots);
+      counters_.builtin.fetch_add(1, std::memory_order_relaxed);
+      return;
+    case StepKind::PythonNode:
+      run_python(graph_->node(step.node), slots);
+      counters_.python.fetch_add(1, std::memory_order_relaxed);
+      return;
+  }
+}
+
+void Executor::run_builtin(const Node& node, ValueSlots& slots) const {
+  std::vector<c10::IValue> operands;
+  operands.reserve(node.args.size());
+  for (const Argument& arg : node.args) {
+    operands.push_back(argument_to_ivalue(arg, c10::AnyType::get(), slots));
+  }
+  MB_CHECK(node.outputs.size() == 1, "builtin node ", node.name, " must have one output");
+  slots[node.outputs[0]] = evaluate_builtin(node.op, operands);
+}
+
+void Executor::run_python(const Node& node, ValueSlots& slots) const {
+  std::vector<c10::IValue> inputs;
+  for (ValueId v : node.input_values()) inputs.push_back(slots[v]);
+  std::vector<c10::IValue> results = python_fallback_(node.id, std::move(inputs));
+  store_outputs(node, results, {}, slots);
+}
+
+ExecutionStats Executor::stats() const {
+  ExecutionStats stats;
+  stats.calls = counters_.calls.load();
+  stats.kernel_groups_run = counters_.groups.load();
+  stats.nodes_run_in_partitions = counters_.in_partitions.load();
+  stats.nodes_run_as_aten_fallback = counters_.aten.load();
+  stats.nodes_run_as_builtin = counters_.builtin.load();
+  stats.nodes_run_in_python = counters_.python.load();
+  return stats;
+}
+
+}  // namespace mybackend

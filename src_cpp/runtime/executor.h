@@ -1,0 +1,77 @@
+// Stage 9: run a compiled graph from one call.
+//
+// The executor walks the partitioner's schedule: each partition runs its
+// kernel groups, each other node runs as an ATen call through the c10
+// dispatcher, as symbolic-size arithmetic, or (no ATen schema) through the
+// Python fallback. Values live in slots indexed by ValueId and are released
+// right after their last use, so peak memory follows eager's.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+#include "ir/graph.h"
+#include "partition/partitioner.h"
+#include "runtime/aten_call.h"
+#include "runtime/symbol_binder.h"
+
+namespace mybackend {
+
+// Runs node `node_id` (NodeKind::Python) in Python on its input values, in
+// the order Node::input_values() lists them, and returns its outputs.
+using PythonFallback =
+    std::function<std::vector<c10::IValue>(NodeId node_id, std::vector<c10::IValue> inputs)>;
+
+struct ExecutionStats {
+  std::int64_t calls = 0;
+  std::int64_t kernel_groups_run = 0;
+  std::int64_t nodes_run_in_partitions = 0;
+  std::int64_t nodes_run_as_aten_fallback = 0;
+  std::int64_t nodes_run_as_builtin = 0;
+  std::int64_t nodes_run_in_python = 0;
+};
+
+class Executor {
+ public:
+  Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
+           const FusionPlan& fusion, PythonFallback python_fallback);
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const;
+  ExecutionStats stats() const;
+  const Graph& graph() const { return *graph_; }
+
+ private:
+  enum class StepKind : std::int8_t { KernelGroup, AtenNode, BuiltinNode, PythonNode };
+  struct Step {
+    StepKind kind = StepKind::AtenNode;
+    std::vector<std::size_t> calls;  // indices into calls_ (KernelGroup, AtenNode)
+    NodeId node = 0;                 // BuiltinNode, PythonNode
+    std::vector<ValueId> release_after;
+  };
+  struct Counters {
+    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0};
+  };
+
+  void add_partition_steps(const FusionPlan& fusion, int partition);
+  void add_node_step(const Node& node);
+  void plan_releases();
+  void run_step(const Step& step, ValueSlots& slots) const;
+  void run_builtin(const Node& node, ValueSlots& slots) const;
+  void run_python(const Node& node, ValueSlots& slots) const;
+
+  std::shared_ptr<const Graph> graph_;
+  std::vector<AtenCall> calls_;
+  std::vector<Step> steps_;
+  SymbolBinder binder_;
+  PythonFallback python_fallback_;
+  mutable Counters counters_;
+};
+
+}  // namespace mybackend

@@ -1,0 +1,2 @@
+list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
+  runtime/symbol_binder.cpp runtime/executor.cpp runtime/cuda_graph_runner.cpp)

@@ -1,0 +1,446 @@
+// Stage 8a: pointwise specs, the NVRTC wrapper and the compile pool. Every
+// emitted kernel is compiled with NVRTC to PTX for compute_90 (no GPU
+// needed); reductions and norms are in test_codegen_kinds.cpp.
+#include <gtest/gtest.h>
+
+#if MYBACKEND_WITH_CODEGEN
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/compile_pool.h"
+#include "codegen/device_sources.h"
+#include "codegen/emit.h"
+#include "codegen/kernel_spec.h"
+#include "codegen/nvrtc.h"
+#include "codegen/pointwise_ops.h"
+#include "common/error.h"
+#include "common/hash.h"
+
+namespace mybackend {
+namespace {
+
+const std::vector<DType> kFloats = {DType::Float32, DType::Float16, DType::BFloat16,
+                                    DType::Float64};
+const std::vector<DType> kInts = {DType::Int8,  DType::UInt8,  DType::Int16, DType::UInt16,
+                                  DType::Int32, DType::UInt32, DType::Int64, DType::UInt64};
+
+std::vector<DType> all_dtypes() {
+  std::vector<DType> all = kFloats;
+  all.insert(all.end(), kInts.begin(), kInts.end());
+  all.push_back(DType::Bool);
+  return all;
+}
+
+// The dtypes an op's rule allows for its result (Cast: for its operand).
+std::vector<DType> dtypes_for(PwRule rule) {
+  std::vector<DType> out;
+  switch (rule) {
+    case PwRule::SameFloat: return kFloats;
+    case PwRule::SameInteger: return kInts;
+    case PwRule::SameNumeric:
+      out = kFloats;
+      out.insert(out.end(), kInts.begin(), kInts.end());
+      return out;
+    case PwRule::SameIntOrBool:
+      out = kInts;
+      out.push_back(DType::Bool);
+      return out;
+    default: return all_dtypes();
+  }
+}
+
+TensorArg tensor(DType dtype, IndexMode mode, int rank) { return TensorArg{dtype, mode, rank}; }
+
+// One op applied to fresh inputs, result stored. `mode` applies to every
+// tensor; Strided makes the last operand a broadcast of lower rank, and an
+// odd `variant` turns the second operand into a scalar (literal or argument).
+PointwiseSpec op_spec(PwOp op, DType dtype, IndexMode mode, int variant, bool index64 = false) {
+  const PwOpInfo& info = pw_op_info(op);
+  PointwiseSpec spec;
+  spec.rank = mode == IndexMode::Strided ? 3 : 1;
+  spec.index64 = index64;
+  DType result = dtype;
+  if (info.rule == PwRule::Compare || info.rule == PwRule::Predicate ||
+      info.rule == PwRule::Logical) {
+    result = DType::Bool;
+  }
+  if (info.rule == PwRule::Cast)
+    result = dtype == DType::Float32 ? DType::BFloat16 : DType::Float32;
+  std::vector<std::int32_t> args;
+  for (int k = 0; k < info.arity; ++k) {
+    const DType operand = (info.rule == PwRule::Where && k == 0) ? DType::Bool : dtype;
+    const bool as_scalar = k == 1 && variant % 2 == 1;
+    if (as_scalar) {
+      const bool argument = variant % 4 == 3;
+      spec.scalars.push_back(PwScalar{operand, argument, 0.1, 3});
+      spec.instrs.push_back(
+          PwInstr{PwOp::Scalar, operand, {}, static_cast<std::int32_t>(spec.scalars.size() - 1)});
+    } else {
+      const int rank = (mode == IndexMode::Strided && k == info.arity - 1) ? 1 : spec.rank;
+      spec.inputs.push_back(tensor(operand, mode, rank));
+      spec.instrs.push_back(
+          PwInstr{PwOp::Load, operand, {}, static_cast<std::int32_t>(spec.inputs.size() - 1)});
+    }
+    args.push_back(static_cast<std::int32_t>(spec.instrs.size() - 1));
+  }
+  spec.instrs.push_back(PwInstr{op, result, args, -1});
+  spec.outputs.push_back(
+      PwOutput{tensor(result, mode, spec.rank), static_cast<std::int32_t>(spec.instrs.size() - 1)});
+  return spec;
+}
+
+struct Case {
+  std::string label;
+  EmittedKernel kernel;
+};
+
+CompileOptions ptx_options() {
+  CompileOptions options;
+  options.target = GpuTarget::parse("compute_90");
+  return options;
+}
+
+// Compiles every case through the pool; each failure reports its label,
+// NVRTC's log and the source.
+std::vector<CompileOutcome> compile_all(const std::vector<Case>& cases,
+                                        const CompileOptions& options = ptx_options()) {
+  std::vector<CompileRequest> requests;
+  for (const auto& c : cases) requests.push_back(compile_request(c.kernel, options));
+  std::vector<CompileOutcome> outcomes = CompilePool().compile(requests);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE(outcomes[i].ok()) << cases[i].label << ": " << outcomes[i].error << "\n"
+                                  << cases[i].kernel.source;
+  }
+  return outcomes;
+}
+
+// ld.global.nc.v4.u32, st.global.v4.f32, st.global.v2.f64, ...: one
+// 16-byte access per instruction.
+bool has_16_byte_access(const std::string& ptx, const std::string& op) {
+  const std::regex pattern(op + R"(\.global(\.nc)?\.(v4\.[bfsu]32|v2\.[bfsu]64)\s)");
+  return std::regex_search(ptx, pattern);
+}
+
+IndexMode mode_for(std::size_t i) {
+  static constexpr IndexMode kModes[] = {IndexMode::Aligned, IndexMode::Strided,
+                                         IndexMode::Contiguous};
+  return kModes[i % 3];
+}
+
+TEST(CodegenPointwise, EveryOpCompilesAcrossDtypesAndModes) {
+  std::vector<Case> cases;
+  std::set<DType> dtypes_seen;
+  std::set<IndexMode> modes_seen;
+  std::size_t n = 0;
+  for (PwOp op : all_pw_ops()) {
+    const std::vector<DType> allowed = dtypes_for(pw_op_info(op).rule);
+    // Two samples per op, rotating through its dtypes, modes and scalar
+    // variants, so that each dtype and mode meets many ops.
+    for (int sample = 0; sample < 2; ++sample, ++n) {
+      const DType dtype = allowed[(n * 5 + static_cast<std::size_t>(sample)) % allowed.size()];
+      const IndexMode mode = mode_for(n);
+      dtypes_seen.insert(dtype);
+      modes_seen.insert(mode);
+      const PointwiseSpec spec = op_spec(op, dtype, mode, static_cast<int>(n));
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      cases.push_back({std::string(pw_op_name(op)) + "/" + std::string(dtype_short_name(dtype)) +
+                           "/" + std::string(index_mode_name(mode)),
+                       emit_pointwise(spec)});
+    }
+  }
+  EXPECT_EQ(dtypes_seen.size(), all_dtypes().size());
+  EXPECT_EQ(modes_seen.size(), 3u);
+  compile_all(cases);
+}
+
+// Every dtype to every dtype: one kernel per source dtype, one output per
+// target (several outputs per kernel on purpose).
+TEST(CodegenPointwise, CastsBetweenAllDtypes) {
+  std::vector<Case> cases;
+  for (DType from : all_dtypes()) {
+    PointwiseSpec spec;
+    spec.inputs = {tensor(from, IndexMode::Aligned, 0)};
+    spec.instrs = {PwInstr{PwOp::Load, from, {}, 0}};
+    for (DType to : all_dtypes()) {
+      spec.instrs.push_back(PwInstr{PwOp::Cast, to, {0}, -1});
+      spec.outputs.push_back(PwOutput{tensor(to, IndexMode::Aligned, 0),
+                                      static_cast<std::int32_t>(spec.instrs.size() - 1)});
+    }
+    ASSERT_EQ(validate(spec), "");
+    cases.push_back({"cast from " + std::string(dtype_short_name(from)), emit_pointwise(spec)});
+  }
+  compile_all(cases);
+}
+
+// A fused chain as the planner would build it: bf16 in, math in fp32,
+// explicit casts, literal and argument scalars, two outputs.
+PointwiseSpec fused_chain(IndexMode mode, bool index64) {
+  PointwiseSpec spec;
+  spec.rank = 2;
+  spec.index64 = index64;
+  // Strided: the second input is a broadcast row (rank 1).
+  spec.inputs = {tensor(DType::BFloat16, mode, 2),
+                 tensor(DType::Float32, mode, mode == IndexMode::Strided ? 1 : 0)};
+  spec.scalars = {PwScalar{DType::Float32, false, 0.5, 0}, PwScalar{DType::Float32, true, 0, 0}};
+  spec.instrs = {
+      {PwOp::Load, DType::BFloat16, {}, 0},        {PwOp::Cast, DType::Float32, {0}, -1},
+      {PwOp::Load, DType::Float32, {}, 1},         {PwOp::Add, DType::Float32, {1, 2}, -1},
+      {PwOp::Scalar, DType::Float32, {}, 0},       {PwOp::Mul, DType::Float32, {3, 4}, -1},
+      {PwOp::GeluTanh, DType::Float32, {5}, -1},   {PwOp::Scalar, DType::Float32, {}, 1},
+      {PwOp::Maximum, DType::Float32, {6, 7}, -1}, {PwOp::Cast, DType::BFloat16, {8}, -1},
+      {PwOp::Gt, DType::Bool, {6, 7}, -1},
+  };
+  spec.outputs = {{tensor(DType::BFloat16, mode, 2), 9}, {tensor(DType::Bool, mode, 2), 10}};
+  return spec;
+}
+
+TEST(CodegenPointwise, VectorizedKernelsUse16ByteAccesses) {
+  std::vector<Case> cases;
+  for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64}) {
+    cases.push_back({"relu/" + std::string(dtype_short_name(dtype)),
+                     emit_pointwise(op_spec(PwOp::Relu, dtype, IndexMode::Aligned, 0))});
+  }
+  cases.push_back({"fused chain", emit_pointwise(fused_chain(IndexMode::Aligned, false))});
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const std::string& ptx = outcomes[i].kernel->image;
+    EXPECT_TRUE(has_16_byte_access(ptx, "ld")) << cases[i].label << ": no 16-byte load in\n" << ptx;
+    EXPECT_TRUE(has_16_byte_access(ptx, "st")) << cases[i].label << ": no 16-byte store in\n"
+                                               << ptx;
+    EXPECT_GT(cases[i].kernel.entries[0].elements_per_thread, 1);
+  }
+}
+
+TEST(CodegenPointwise, StridedKernelsUseScalarAccessesAndTakeShapes) {
+  const PointwiseSpec spec = fused_chain(IndexMode::Strided, false);
+  const EmittedKernel kernel = emit_pointwise(spec);
+  const auto outcomes = compile_all({{"strided chain", kernel}});
+  ASSERT_TRUE(outcomes[0].ok());
+  EXPECT_FALSE(has_16_byte_access(outcomes[0].kernel->image, "ld"));
+  EXPECT_FALSE(has_16_byte_access(outcomes[0].kernel->image, "st"));
+  // Sizes are arguments (Note [Specs hold no sizes]): numel, the shape and
+  // one stride set per strided tensor, with the broadcast input's rank.
+  std::vector<std::string> names;
+  for (const auto& p : kernel.entries[0].params)
+    names.push_back(p.name +
+                    (p.kind == KernelParam::Kind::Dims ? "/" + std::to_string(p.rank) : ""));
+  const std::vector<std::string> expected = {
+      "in0",     "in1",          "out0",         "out1",          "scalar1",      "numel",
+      "shape/2", "stride_in0/2", "stride_in1/1", "stride_out0/2", "stride_out1/2"};
+  EXPECT_EQ(names, expected);
+}
+
+TEST(CodegenPointwise, Index64AndCubin) {
+  const EmittedKernel wide = emit_pointwise(fused_chain(IndexMode::Strided, true));
+  EXPECT_NE(wide.source.find("typedef long long I;"), std::string::npos);
+  const EmittedKernel narrow = emit_pointwise(fused_chain(IndexMode::Strided, false));
+  EXPECT_NE(narrow.source.find("typedef int I;"), std::string::npos);
+  compile_all({{"index64", wide},
+               {"index64 aligned", emit_pointwise(fused_chain(IndexMode::Aligned, true))}});
+
+  CompileOptions cubin;
+  cubin.target = GpuTarget::parse("sm_90");
+  const auto outcomes = compile_all({{"cubin", narrow}}, cubin);
+  ASSERT_TRUE(outcomes[0].ok());
+  EXPECT_EQ(outcomes[0].kernel->kind, ImageKind::Cubin);
+  EXPECT_EQ(outcomes[0].kernel->image.substr(0, 4), std::string("\x7f"
+                                                                "ELF"));
+}
+
+TEST(CodegenPointwise, EmissionIsDeterministicAndNamedByHash) {
+  const PointwiseSpec spec = fused_chain(IndexMode::Aligned, false);
+  const EmittedKernel a = emit_pointwise(spec);
+  const EmittedKernel b = emit_pointwise(fused_chain(IndexMode::Aligned, false));
+  EXPECT_EQ(a.source, b.source);
+  ASSERT_EQ(a.entries.size(), 1u);
+  EXPECT_NE(a.entries[0].name.find("mb_pointwise_"), std::string::npos);
+  EXPECT_NE(a.entries[0].name,
+            emit_pointwise(fused_chain(IndexMode::Contiguous, false)).entries[0].name);
+  // The source carries its spec as a comment, for dumps.
+  EXPECT_NE(a.source.find("// pointwise rank=2"), std::string::npos);
+}
+
+TEST(CodegenSpec, PointwiseTextIsStable) {
+  PointwiseSpec spec;
+  spec.rank = 2;
+  spec.inputs = {tensor(DType::Float16, IndexMode::Aligned, 0),
+                 tensor(DType::Float32, IndexMode::Strided, 1)};
+  spec.scalars = {PwScalar{DType::Float32, false, 0.1, 0}, PwScalar{DType::Int64, true, 0, 0}};
+  spec.instrs = {{PwOp::Load, DType::Float16, {}, 0},
+                 {PwOp::Cast, DType::Float32, {0}, -1},
+                 {PwOp::Load, DType::Float32, {}, 1},
+                 {PwOp::Scalar, DType::Float32, {}, 0},
+                 {PwOp::Clamp, DType::Float32, {1, 2, 3}, -1}};
+  spec.outputs = {{tensor(DType::Float32, IndexMode::Contiguous, 0), 4}};
+  const std::string expected =
+      "pointwise rank=2 index=i32 threads=256\n"
+      "  in0 f16 aligned\n"
+      "  in1 f32 strided rank=1\n"
+      "  sc0 f32 = 0x1.999999999999ap-4\n"
+      "  sc1 i64 = arg\n"
+      "  %0 = load in0 : f16\n"
+      "  %1 = cast %0 : f32\n"
+      "  %2 = load in1 : f32\n"
+      "  %3 = scalar sc0 : f32\n"
+      "  %4 = clamp %1, %2, %3 : f32\n"
+      "  out0 f32 contiguous = %4\n";
+  EXPECT_EQ(spec.to_string(), expected);
+  EXPECT_EQ(spec.hash(), fnv1a64(expected));
+  PointwiseSpec other = spec;
+  other.index64 = true;
+  EXPECT_NE(other.hash(), spec.hash());
+}
+
+TEST(CodegenSpec, OpNamesRoundTrip) {
+  for (PwOp op : all_pw_ops()) EXPECT_EQ(pw_op_from_name(pw_op_name(op)), op);
+  EXPECT_EQ(pw_op_from_name("no_such_op"), std::nullopt);
+}
+
+TEST(CodegenSpec, ValidateExplainsRejections) {
+  auto base = [] { return op_spec(PwOp::Add, DType::Float32, IndexMode::Aligned, 0); };
+  PointwiseSpec s = base();
+  s.instrs[2].args = {0};
+  EXPECT_NE(validate(s).find("takes 2 operands"), std::string::npos) << validate(s);
+  s = base();
+  s.instrs[2].args = {0, 2};
+  EXPECT_NE(validate(s).find("not an earlier value"), std::string::npos) << validate(s);
+  s = base();
+  s.inputs[1].dtype = DType::Float16;
+  s.instrs[1].dtype = DType::Float16;
+  EXPECT_NE(validate(s).find("share one non-bool dtype"), std::string::npos) << validate(s);
+  s = op_spec(PwOp::Exp, DType::Int32, IndexMode::Aligned, 0);
+  EXPECT_NE(validate(s).find("floating"), std::string::npos) << validate(s);
+  s = base();
+  s.outputs[0].tensor.dtype = DType::Float64;
+  EXPECT_NE(validate(s).find("out0"), std::string::npos) << validate(s);
+  s = base();
+  s.inputs[0].dtype = DType::Complex64;
+  EXPECT_NE(validate(s).find("not supported"), std::string::npos) << validate(s);
+  s = base();
+  s.threads = 100;
+  EXPECT_NE(validate(s).find("threads"), std::string::npos);
+  s = base();
+  s.outputs.clear();
+  EXPECT_FALSE(validate(s).empty());
+  EXPECT_THROW(emit_pointwise(s), InternalError);
+}
+
+TEST(CodegenNvrtc, TargetsParseAndPrint) {
+  EXPECT_EQ(GpuTarget::parse("sm_90").name(), "sm_90");
+  EXPECT_TRUE(GpuTarget::parse("sm_90").cubin);
+  EXPECT_FALSE(GpuTarget::parse("compute_80").cubin);
+  EXPECT_EQ(GpuTarget::parse("compute_90a").name(), "compute_90a");
+  EXPECT_THROW(GpuTarget::parse("hopper"), Error);
+  EXPECT_THROW(GpuTarget::parse("sm_"), Error);
+  const std::vector<int> archs = nvrtc_supported_archs();
+  EXPECT_NE(std::find(archs.begin(), archs.end(), 90), archs.end());
+  EXPECT_FALSE(nvrtc_version().empty());
+}
+
+TEST(CodegenNvrtc, OptionsAreIeeeByDefault) {
+  CompileOptions options;
+  const auto strings = options.to_strings();
+  EXPECT_EQ(std::find(strings.begin(), strings.end(), "--use_fast_math"), strings.end());
+  EXPECT_NE(std::find(strings.begin(), strings.end(), "-std=c++17"), strings.end());
+  EXPECT_NE(std::find(strings.begin(), strings.end(), "-default-device"), strings.end());
+  options.lineinfo = true;
+  options.fast_math = true;
+  const auto more = options.to_strings();
+  EXPECT_NE(std::find(more.begin(), more.end(), "-lineinfo"), more.end());
+  EXPECT_NE(std::find(more.begin(), more.end(), "--use_fast_math"), more.end());
+}
+
+TEST(CodegenNvrtc, FailureCarriesCallAndLog) {
+  CompileRequest request;
+  request.name = "broken.cu";
+  request.source = "extern \"C\" __global__ void k() { this_is_not_declared = 1; }\n";
+  request.options = ptx_options();
+  try {
+    compile_cuda(request);
+    FAIL() << "expected a compile error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("nvrtcCompileProgram"), std::string::npos) << what;
+    EXPECT_NE(what.find("NVRTC_ERROR_COMPILATION"), std::string::npos) << what;
+    EXPECT_NE(what.find("this_is_not_declared"), std::string::npos) << what;
+    EXPECT_NE(what.find("broken.cu"), std::string::npos) << what;
+  }
+}
+
+TEST(CodegenPool, ResultsKeepRequestOrderAndIsolateFailures) {
+  std::vector<CompileRequest> requests;
+  std::vector<std::string> names;
+  for (PwOp op : {PwOp::Exp, PwOp::Log, PwOp::Sin, PwOp::Cos, PwOp::Tanh}) {
+    const EmittedKernel kernel = emit_pointwise(op_spec(op, DType::Float32, IndexMode::Aligned, 0));
+    requests.push_back(compile_request(kernel, ptx_options()));
+    names.push_back(kernel.entries[0].name);
+  }
+  requests[2].source += "\n#error deliberately broken\n";
+  const auto outcomes = CompilePool(4).compile(requests);
+  ASSERT_EQ(outcomes.size(), requests.size());
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    if (i == 2) {
+      EXPECT_FALSE(outcomes[i].ok());
+      EXPECT_NE(outcomes[i].error.find("deliberately broken"), std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(outcomes[i].ok()) << outcomes[i].error;
+    EXPECT_NE(outcomes[i].kernel->image.find(".entry " + names[i]), std::string::npos);
+  }
+}
+
+TEST(CodegenPool, ParallelForRethrowsLowestIndex) {
+  CompilePool pool(2);
+  std::vector<int> done(10, 0);
+  try {
+    pool.parallel_for(done.size(), [&](std::size_t i) {
+      done[i] = 1;
+      if (i == 3 || i == 7) throw Error("item " + std::to_string(i));
+    });
+    FAIL() << "expected a throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "item 3");
+  }
+  EXPECT_EQ(std::count(done.begin(), done.end(), 1), 10);
+  pool.parallel_for(0, [](std::size_t) { FAIL(); });
+}
+
+TEST(CodegenDeviceSources, AreEmbeddedInOrder) {
+  const auto& sources = device_sources();
+  ASSERT_FALSE(sources.empty());
+  EXPECT_EQ(sources.front().name, "mb_types.cuh");
+  for (const auto& s : sources) EXPECT_NE(s.text.find("#pragma once"), std::string::npos) << s.name;
+}
+
+#ifdef MYBACKEND_CUDA_INCLUDE_DIR
+// The generated kernels need no toolkit headers (Note [No toolkit
+// headers]); a source that wants cuda_fp16.h gets it through include_paths.
+TEST(CodegenNvrtc, ToolkitHeadersNeedAnIncludePath) {
+  CompileRequest request;
+  request.name = "fp16.cu";
+  request.source =
+      "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+      "extern \"C\" __global__ void k(__half* h, __nv_bfloat16* b) { h[0] = __float2half(1.f); "
+      "b[0] = __float2bfloat16(2.f); }\n";
+  request.options = ptx_options();
+  EXPECT_THROW(compile_cuda(request), Error);
+  request.options.include_paths = {MYBACKEND_CUDA_INCLUDE_DIR};
+  EXPECT_FALSE(compile_cuda(request).image.empty());
+}
+#endif
+
+}  // namespace
+}  // namespace mybackend
+
+#else  // !MYBACKEND_WITH_CODEGEN
+
+TEST(Codegen, SkippedWithoutCuda) {
+  GTEST_SKIP() << "mybackend_codegen is built only when CUDA is enabled";
+}
+
+#endif

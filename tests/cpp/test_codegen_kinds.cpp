@@ -1,0 +1,317 @@
+// Stage 8a: reduction and normalization specs. Every emitted kernel is
+// compiled with NVRTC to PTX for compute_90 through the compile pool.
+#include <gtest/gtest.h>
+
+#if MYBACKEND_WITH_CODEGEN
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "codegen/compile_pool.h"
+#include "codegen/device_sources.h"
+#include "codegen/emit.h"
+#include "codegen/kernel_spec.h"
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+struct Case {
+  std::string label;
+  EmittedKernel kernel;
+};
+
+std::vector<CompileOutcome> compile_all(const std::vector<Case>& cases) {
+  CompileOptions options;
+  options.target = GpuTarget::parse("compute_90");
+  std::vector<CompileRequest> requests;
+  for (const auto& c : cases) requests.push_back(compile_request(c.kernel, options));
+  std::vector<CompileOutcome> outcomes = CompilePool().compile(requests);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE(outcomes[i].ok()) << cases[i].label << ": " << outcomes[i].error << "\n"
+                                  << cases[i].kernel.source;
+  }
+  return outcomes;
+}
+
+bool has_16_byte_load(const std::string& ptx) {
+  return std::regex_search(ptx, std::regex(R"(ld\.global(\.nc)?\.(v4\.[bfsu]32|v2\.[bfsu]64)\s)"));
+}
+
+std::string name(DType d) { return std::string(dtype_short_name(d)); }
+
+// ---- reductions -------------------------------------------------------------
+
+const std::vector<ReduceOp> kReduceOps = {ReduceOp::Sum,  ReduceOp::Mean,   ReduceOp::Amax,
+                                          ReduceOp::Amin, ReduceOp::Prod,   ReduceOp::Var,
+                                          ReduceOp::Std,  ReduceOp::Argmax, ReduceOp::Argmin};
+
+bool floating_only(ReduceOp op) {
+  return op == ReduceOp::Mean || op == ReduceOp::Var || op == ReduceOp::Std;
+}
+
+DType result_dtype(ReduceOp op, DType in) {
+  if (op == ReduceOp::Argmax || op == ReduceOp::Argmin) return DType::Int64;
+  if (!is_floating(in) && (op == ReduceOp::Sum || op == ReduceOp::Prod)) return DType::Int64;
+  return in;
+}
+
+ReductionSpec plain_reduction(ReduceOp op, DType in, ReduceAxis axis, ReduceStrategy strategy,
+                              IndexMode mode) {
+  ReductionSpec spec;
+  spec.op = op;
+  spec.axis = axis;
+  spec.strategy = strategy;
+  spec.input_rank = axis == ReduceAxis::Outer ? 3 : 2;
+  spec.output_rank = axis == ReduceAxis::Outer ? 2 : 1;
+  spec.input = TensorArg{in, mode, mode == IndexMode::Strided ? spec.input_rank : 0};
+  spec.out_dtype = result_dtype(op, in);
+  spec.output = TensorArg{spec.out_dtype, IndexMode::Contiguous, 0};
+  return spec;
+}
+
+TEST(CodegenReduction, EveryOpAxisAndStrategyCompiles) {
+  const std::vector<DType> floats = {DType::Float32, DType::Float16, DType::BFloat16,
+                                     DType::Float64};
+  const std::vector<DType> numeric = {DType::Float32, DType::Int32, DType::BFloat16, DType::Int64,
+                                      DType::Float16, DType::UInt8, DType::Float64,  DType::Int8};
+  struct Shape {
+    ReduceAxis axis;
+    ReduceStrategy strategy;
+    IndexMode mode;
+  };
+  const std::vector<Shape> shapes = {
+      {ReduceAxis::Inner, ReduceStrategy::BlockPerRow, IndexMode::Aligned},
+      {ReduceAxis::Inner, ReduceStrategy::WarpPerRow, IndexMode::Strided},
+      {ReduceAxis::Outer, ReduceStrategy::BlockPerRow, IndexMode::Contiguous}};
+  std::vector<Case> cases;
+  std::size_t n = 0;
+  for (ReduceOp op : kReduceOps) {
+    for (const Shape& shape : shapes) {
+      const auto& dtypes = floating_only(op) ? floats : numeric;
+      const DType in = dtypes[n++ % dtypes.size()];
+      ReductionSpec spec = plain_reduction(op, in, shape.axis, shape.strategy, shape.mode);
+      spec.index64 = n % 4 == 0;
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      cases.push_back({std::string(reduce_op_name(op)) + "/" +
+                           std::string(reduce_axis_name(shape.axis)) + "/" +
+                           std::string(reduce_strategy_name(shape.strategy)) + "/" + name(in),
+                       emit_reduction(spec)});
+    }
+  }
+  compile_all(cases);
+}
+
+// sum((a * b) as f32 over rows), then out0 = s * rsqrt(scale) + bias (f32)
+// and out1 = that as bf16: a prologue with casts and an epilogue with an
+// extra tensor, an argument scalar and two outputs.
+ReductionSpec fused_reduction(ReduceAxis axis, IndexMode mode) {
+  ReductionSpec spec;
+  spec.op = ReduceOp::Sum;
+  spec.axis = axis;
+  spec.input_rank = axis == ReduceAxis::Outer ? 3 : 2;
+  spec.output_rank = axis == ReduceAxis::Outer ? 2 : 1;
+  PointwiseSpec pro;
+  pro.rank = spec.input_rank;
+  // When strided, b is broadcast over all but the last dim (rank 1).
+  pro.inputs = {{DType::Float16, mode, mode == IndexMode::Strided ? spec.input_rank : 0},
+                {DType::Float16, mode, mode == IndexMode::Strided ? 1 : 0}};
+  pro.instrs = {{PwOp::Load, DType::Float16, {}, 0},
+                {PwOp::Cast, DType::Float32, {0}, -1},
+                {PwOp::Load, DType::Float16, {}, 1},
+                {PwOp::Cast, DType::Float32, {2}, -1},
+                {PwOp::Mul, DType::Float32, {1, 3}, -1}};
+  pro.outputs = {{{DType::Float32, IndexMode::Contiguous, 0}, 4}};
+  spec.prologue = pro;
+  spec.out_dtype = DType::Float32;
+  PointwiseSpec epi;
+  epi.rank = spec.output_rank;
+  epi.inputs = {{DType::Float32, IndexMode::Contiguous, 0},
+                {DType::Float32, IndexMode::Strided, 1}};
+  epi.scalars = {PwScalar{DType::Float32, true, 0, 0}};
+  epi.instrs = {{PwOp::Load, DType::Float32, {}, 0},    {PwOp::Scalar, DType::Float32, {}, 0},
+                {PwOp::Rsqrt, DType::Float32, {1}, -1}, {PwOp::Mul, DType::Float32, {0, 2}, -1},
+                {PwOp::Load, DType::Float32, {}, 1},    {PwOp::Add, DType::Float32, {3, 4}, -1},
+                {PwOp::Cast, DType::BFloat16, {5}, -1}};
+  epi.outputs = {{{DType::Float32, IndexMode::Contiguous, 0}, 5},
+                 {{DType::BFloat16, IndexMode::Strided, 1}, 6}};
+  spec.epilogue = epi;
+  return spec;
+}
+
+TEST(CodegenReduction, PrologueAndEpilogueFuse) {
+  std::vector<Case> cases;
+  for (ReduceAxis axis : {ReduceAxis::Inner, ReduceAxis::Outer}) {
+    for (IndexMode mode : {IndexMode::Aligned, IndexMode::Strided}) {
+      const ReductionSpec spec = fused_reduction(axis, mode);
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      cases.push_back(
+          {std::string(reduce_axis_name(axis)) + "/" + std::string(index_mode_name(mode)),
+           emit_reduction(spec)});
+    }
+  }
+  const auto outcomes = compile_all(cases);
+  ASSERT_TRUE(outcomes[0].ok());
+  // Inner, every input aligned: the row loop reads 16 bytes at a time.
+  EXPECT_TRUE(has_16_byte_load(outcomes[0].kernel->image)) << outcomes[0].kernel->image;
+
+  std::vector<std::string> params;
+  for (const auto& p : cases[3].kernel.entries[0].params) params.push_back(p.name);
+  const std::vector<std::string> expected = {"in0",       "in1",         "ein1",       "out0",
+                                             "out1",      "escalar0",    "outer",      "n",
+                                             "inner",     "in_shape",    "stride_in0", "stride_in1",
+                                             "out_shape", "stride_ein1", "stride_out1"};
+  EXPECT_EQ(params, expected);
+  EXPECT_EQ(cases[3].kernel.entries[0].block_x, 32);
+  EXPECT_EQ(cases[3].kernel.entries[0].block_y, 8);
+}
+
+TEST(CodegenReduction, TextShowsNestedSpecs) {
+  const std::string text = fused_reduction(ReduceAxis::Inner, IndexMode::Aligned).to_string();
+  EXPECT_EQ(
+      text.rfind(
+          "reduction sum axis=inner strategy=block_per_row input_rank=2 output_rank=1 out=f32", 0),
+      0u)
+      << text;
+  EXPECT_NE(text.find("  prologue:\n    pointwise rank=2"), std::string::npos) << text;
+  EXPECT_NE(text.find("  epilogue:\n    pointwise rank=1"), std::string::npos) << text;
+  ReductionSpec var = plain_reduction(ReduceOp::Var, DType::Float32, ReduceAxis::Inner,
+                                      ReduceStrategy::BlockPerRow, IndexMode::Aligned);
+  ReductionSpec biased = var;
+  biased.correction = 0.0;
+  EXPECT_NE(var.hash(), biased.hash());
+  EXPECT_NE(emit_reduction(var).source, emit_reduction(biased).source);
+}
+
+TEST(CodegenReduction, ValidateExplainsRejections) {
+  ReductionSpec s = plain_reduction(ReduceOp::Mean, DType::Int32, ReduceAxis::Inner,
+                                    ReduceStrategy::BlockPerRow, IndexMode::Aligned);
+  s.out_dtype = DType::Int32;
+  s.output.dtype = DType::Int32;
+  EXPECT_NE(validate(s).find("floating"), std::string::npos) << validate(s);
+  s = plain_reduction(ReduceOp::Argmax, DType::Float32, ReduceAxis::Inner,
+                      ReduceStrategy::BlockPerRow, IndexMode::Aligned);
+  s.out_dtype = DType::Float32;
+  s.output.dtype = DType::Float32;
+  EXPECT_NE(validate(s).find("i64"), std::string::npos) << validate(s);
+  s = fused_reduction(ReduceAxis::Inner, IndexMode::Aligned);
+  s.prologue->outputs.push_back(s.prologue->outputs[0]);
+  EXPECT_NE(validate(s).find("exactly one output"), std::string::npos) << validate(s);
+  s = fused_reduction(ReduceAxis::Inner, IndexMode::Aligned);
+  s.out_dtype = DType::Float64;
+  EXPECT_NE(validate(s).find("epilogue input 0"), std::string::npos) << validate(s);
+  s = plain_reduction(ReduceOp::Sum, DType::Bool, ReduceAxis::Inner, ReduceStrategy::BlockPerRow,
+                      IndexMode::Aligned);
+  EXPECT_NE(validate(s).find("b8"), std::string::npos) << validate(s);
+  s = plain_reduction(ReduceOp::Sum, DType::Float32, ReduceAxis::Outer, ReduceStrategy::WarpPerRow,
+                      IndexMode::Aligned);
+  EXPECT_FALSE(validate(s).empty());
+  EXPECT_THROW(emit_reduction(s), InternalError);
+}
+
+// ---- norms ------------------------------------------------------------------
+
+const std::vector<NormKind> kNormKinds = {NormKind::SoftmaxForward,   NormKind::LogSoftmaxForward,
+                                          NormKind::SoftmaxBackward,  NormKind::LogSoftmaxBackward,
+                                          NormKind::LayerNormForward, NormKind::LayerNormBackward,
+                                          NormKind::RmsNormForward,   NormKind::RmsNormBackward};
+
+bool is_softmax(NormKind k) {
+  return k == NormKind::SoftmaxForward || k == NormKind::LogSoftmaxForward ||
+         k == NormKind::SoftmaxBackward || k == NormKind::LogSoftmaxBackward;
+}
+
+TEST(CodegenNorm, EveryKindAndDtypeCompiles) {
+  std::vector<Case> cases;
+  int n = 0;
+  for (NormKind kind : kNormKinds) {
+    for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64}) {
+      NormSpec spec;
+      spec.kind = kind;
+      spec.dtype = spec.out_dtype = spec.weight_dtype = dtype;
+      // Rotate the optional parts so that each appears with several kinds.
+      spec.aligned = n % 2 == 0;
+      spec.index64 = n % 5 == 0;
+      if (!is_softmax(kind)) {
+        spec.has_weight = n % 3 != 0;
+        spec.has_bias =
+            (kind == NormKind::LayerNormForward || kind == NormKind::LayerNormBackward) &&
+            n % 2 == 0;
+        spec.save_stats = n % 4 != 1;
+        if (dtype != DType::Float64 && n % 2 == 1)
+          spec.weight_dtype = DType::Float32;  // mixed precision
+      } else if (kind == NormKind::SoftmaxForward && dtype == DType::Float16) {
+        spec.out_dtype = DType::Float32;  // softmax(x, dtype=float32)
+      }
+      ++n;
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype), emit_norm(spec)});
+    }
+  }
+  compile_all(cases);
+}
+
+TEST(CodegenNorm, BackwardEmitsParameterGradKernel) {
+  NormSpec spec;
+  spec.kind = NormKind::LayerNormBackward;
+  spec.dtype = spec.out_dtype = DType::BFloat16;
+  spec.weight_dtype = DType::Float32;
+  spec.has_weight = spec.has_bias = true;
+  spec.aligned = true;
+  const EmittedKernel kernel = emit_norm(spec);
+  ASSERT_EQ(kernel.entries.size(), 2u);
+  EXPECT_EQ(kernel.entries[1].name, kernel.entries[0].name + "_params");
+  std::vector<std::string> params;
+  for (const auto& p : kernel.entries[1].params) params.push_back(p.name);
+  EXPECT_EQ(params, (std::vector<std::string>{"grad_out", "x", "mean", "rstd", "grad_weight",
+                                              "grad_bias", "rows", "cols"}));
+
+  NormSpec no_grads = spec;
+  no_grads.param_grads = false;
+  EXPECT_EQ(emit_norm(no_grads).entries.size(), 1u);
+
+  NormSpec softmax;
+  softmax.kind = NormKind::SoftmaxForward;
+  softmax.dtype = softmax.out_dtype = DType::Float16;
+  softmax.aligned = true;
+  const auto outcomes =
+      compile_all({{"layer_norm_backward", kernel}, {"softmax f16 aligned", emit_norm(softmax)}});
+  ASSERT_TRUE(outcomes[0].ok());
+  for (const auto& entry : kernel.entries) {
+    EXPECT_NE(outcomes[0].kernel->image.find(".entry " + entry.name), std::string::npos)
+        << entry.name;
+  }
+  ASSERT_TRUE(outcomes[1].ok());
+  EXPECT_TRUE(has_16_byte_load(outcomes[1].kernel->image));
+}
+
+TEST(CodegenNorm, ValidateExplainsRejections) {
+  NormSpec s;
+  s.kind = NormKind::SoftmaxForward;
+  s.has_weight = true;
+  EXPECT_NE(validate(s).find("no weight"), std::string::npos) << validate(s);
+  s = NormSpec{};
+  s.kind = NormKind::RmsNormForward;
+  s.has_bias = true;
+  EXPECT_NE(validate(s).find("bias"), std::string::npos) << validate(s);
+  s = NormSpec{};
+  s.dtype = s.out_dtype = DType::Int32;
+  EXPECT_NE(validate(s).find("floating"), std::string::npos) << validate(s);
+  s = NormSpec{};
+  s.kind = NormKind::LayerNormForward;
+  s.out_dtype = DType::Float16;
+  EXPECT_FALSE(validate(s).empty());
+  EXPECT_THROW(emit_norm(s), InternalError);
+}
+
+}  // namespace
+}  // namespace mybackend
+
+#else  // !MYBACKEND_WITH_CODEGEN
+
+TEST(CodegenKinds, SkippedWithoutCuda) {
+  GTEST_SKIP() << "mybackend_codegen is built only when CUDA is enabled";
+}
+
+#endif

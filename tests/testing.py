@@ -1,0 +1,72 @@
+"""Helpers shared by the test tiers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from mybackend.reports import GraphRecord, collecting
+
+
+def error_ratio_check(
+    actual: torch.Tensor,
+    expected_fn: Callable[[], torch.Tensor],
+    eager: torch.Tensor,
+    k: float = 3.0,
+) -> None:
+    """Asserts the compiled result is no worse than k x eager's own error
+    against a float64 reference (plus a floor for exact-ish results)."""
+    reference = expected_fn().double()
+    scale = reference.abs().max().item() + 1e-12
+    err_compiled = (actual.double() - reference).abs().max().item() / scale
+    err_eager = (eager.double() - reference).abs().max().item() / scale
+    floor = 1e-6 if actual.dtype in (torch.float32, torch.float64) else 1e-2
+    assert err_compiled <= k * err_eager + floor, (err_compiled, err_eager)
+
+
+def assert_same(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Compares nested outputs (tensors, tuples, lists, dicts, scalars)."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), type(actual)
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    elif isinstance(expected, list | tuple):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected, strict=True):
+            assert_same(a, e, rtol, atol)
+    elif isinstance(expected, dict):
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            assert_same(actual[key], expected[key], rtol, atol)
+    else:
+        assert actual == expected
+
+
+def compiled_records(fn: Callable[[], Any]) -> tuple[Any, list[GraphRecord]]:
+    """Runs fn and returns its result and the records of graphs it compiled."""
+    with collecting() as records:
+        result = fn()
+    return result, list(records)
+
+
+def nodes_run_in_partitions(records: Sequence[GraphRecord]) -> int:
+    """How many node executions the core ran inside its partitions."""
+    return sum(r.compiled.stats()["nodes_run_in_partitions"] for r in records if r.compiled)
+
+
+def run_in_fresh_python(code: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
+    """Runs code in a new interpreter (no state shared with the test process)."""
+    env = dict(os.environ)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )

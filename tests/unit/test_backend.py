@@ -1,0 +1,101 @@
+"""Registration, the fallback policy and strict mode."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import mybackend
+import mybackend.aot
+from tests.testing import compiled_records, run_in_fresh_python
+
+
+def test_registered_by_name_in_a_fresh_interpreter_without_import() -> None:
+    result = run_in_fresh_python(
+        """
+        import sys, torch
+        f = torch.compile(lambda x: torch.relu(x) * 2, backend="mybackend")
+        out = f(torch.tensor([-1.0, 2.0]))
+        assert out.tolist() == [0.0, 4.0], out
+        assert "mybackend" in sys.modules
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ok" in result.stdout
+
+
+def test_registration_is_idempotent() -> None:
+    from torch._dynamo.backends.registry import list_backends, lookup_backend
+
+    lookup_backend("mybackend")  # dynamo loads it (entry point or earlier import)
+    importlib.reload(mybackend)  # a re-run notebook cell
+    mybackend.backend.register()
+    mybackend.backend.register()
+    assert "mybackend" in list_backends()
+    assert callable(lookup_backend("mybackend"))
+
+
+def test_import_after_dynamo_loaded_entry_point_in_fresh_interpreter() -> None:
+    result = run_in_fresh_python(
+        """
+        import torch
+        from torch._dynamo.backends.registry import lookup_backend
+        lookup_backend("mybackend")
+        import mybackend, importlib
+        importlib.reload(mybackend)
+        f = torch.compile(lambda x: x + 1, backend="mybackend")
+        assert f(torch.zeros(1)).item() == 1.0
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _broken_lower(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("injected lowering failure at aten::mul.Tensor")
+
+
+def test_compile_failure_warns_once_and_runs_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mybackend.aot, "lower", _broken_lower)
+    f = torch.compile(lambda x: x * 3 + 1, backend="mybackend")
+    with pytest.warns(UserWarning, match="injected lowering failure at aten::mul.Tensor"):
+        out, records = compiled_records(lambda: f(torch.ones(3)))
+    assert out.tolist() == [4.0, 4.0, 4.0]
+    assert records[0].fallback_reason and "injected" in records[0].fallback_reason
+
+
+def test_strict_mode_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mybackend.aot, "lower", _broken_lower)
+    f = torch.compile(lambda x: x * 3, backend="mybackend", options={"strict": True})
+    with pytest.raises(Exception, match="injected lowering failure"):
+        f(torch.ones(3))
+
+
+class _FailingCore:
+    def run(self, inputs: list[object]) -> list[object]:
+        raise RuntimeError("injected runtime failure")
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+
+def test_runtime_failure_falls_back_when_eager_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = mybackend.compiled.CompiledGraphFunction.__init__
+
+    def init(self: object, name: str, lowered: object, compiled: object, *rest: object) -> None:
+        original(self, name, lowered, _FailingCore(), *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mybackend.compiled.CompiledGraphFunction, "__init__", init)
+    f = torch.compile(lambda x: x - 1, backend="mybackend")
+    with pytest.warns(UserWarning, match="injected runtime failure"):
+        assert f(torch.ones(2)).tolist() == [0.0, 0.0]
+    assert f(torch.ones(2)).tolist() == [0.0, 0.0]  # eagerly from now on, no second warning
+
+
+def test_user_errors_surface_as_in_eager() -> None:
+    f = torch.compile(lambda a, b: a @ b, backend="mybackend")
+    with pytest.raises(Exception, match=r"(?i)shape|size|mat1"):
+        f(torch.ones(2, 3), torch.ones(2, 3))

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from mybackend import Options
+from mybackend.options import MODES, mode_preset
+
+
+def test_defaults_and_modes() -> None:
+    assert Options.from_user() == Options()
+    assert Options.from_user("reduce-overhead").cuda_graphs is True
+    tuned = Options.from_user("max-autotune")
+    assert tuned.cuda_graphs and tuned.autotune
+    for mode in MODES:
+        Options.from_user(mode)
+
+
+def test_everything_a_mode_sets_is_an_option() -> None:
+    for mode in MODES:
+        preset = mode_preset(mode)
+        assert Options.from_user(None, preset) == Options.from_user(mode)
+
+
+def test_unknown_option_lists_valid_ones_and_suggests() -> None:
+    with pytest.raises(ValueError, match="Did you mean 'min_partition_size'") as info:
+        Options.from_user(None, {"min_partition_sise": 3})
+    assert "strict" in str(info.value) and "disabled_ops" in str(info.value)
+
+
+def test_unknown_mode() -> None:
+    with pytest.raises(ValueError, match=r"unknown mode 'fast'.*reduce-overhead"):
+        Options.from_user("fast")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("strict", 1), ("min_partition_size", "2"), ("min_partition_size", 0),
+     ("disabled_ops", "aten::mul.Tensor"), ("dump_dir", 3)],
+)  # fmt: skip
+def test_wrong_type_is_rejected(key: str, value: object) -> None:
+    with pytest.raises(TypeError, match=f"option '{key}' takes"):
+        Options.from_user(None, {key: value})
+
+
+def test_options_are_frozen_and_documented() -> None:
+    options = Options()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.strict = True  # type: ignore[misc]
+    for field in dataclasses.fields(Options):
+        assert field.metadata["help"], field.name
+        assert isinstance(field.metadata["affects_codegen"], bool)
+
+
+def test_torch_compile_passes_options_through() -> None:
+    compiled = torch.compile(lambda x: x + 1, backend="mybackend", options={"bogus": 1})
+    with pytest.raises(Exception, match="unknown option 'bogus'"):
+        compiled(torch.ones(2))
+
+
+def test_options_doc_lists_every_field() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "options.md").read_text()
+    for name in Options.field_names():
+        assert f"`{name}`" in doc, name

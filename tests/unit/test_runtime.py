@@ -1,0 +1,109 @@
+"""Stage 9: the executor, through _C.compile on lowered graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from mybackend import _C
+from mybackend.lowering import lower
+
+
+def _compile(fn, *inputs, mode: str = "fake", options=None):  # type: ignore[no-untyped-def]
+    lowered = lower(make_fx(fn, tracing_mode=mode)(*inputs), [])
+    return _C.compile(lowered.graph, options or {}, lowered.run_python_node)
+
+
+def test_multiple_outputs_and_scalars() -> None:
+    def fn(x: torch.Tensor):  # type: ignore[no-untyped-def]
+        return x.sin(), x.cos().sum(), x.amax(dim=0)
+
+    x = torch.randn(4, 3)
+    got = _compile(fn, x).run([x])
+    for g, e in zip(got, fn(x), strict=True):
+        torch.testing.assert_close(g, e)
+
+
+def test_outputs_that_alias_inputs_are_views() -> None:
+    core = _compile(lambda x: (x.view(-1), x.t()), torch.randn(2, 3))
+    x = torch.randn(2, 3)
+    flat, transposed = core.run([x])
+    assert flat.data_ptr() == x.data_ptr() and transposed.data_ptr() == x.data_ptr()
+    x.add_(1)
+    torch.testing.assert_close(flat, x.view(-1))
+
+
+def test_in_place_mutation_of_inputs() -> None:
+    def fn(buffer: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        buffer.mul_(0.9).add_(x, alpha=0.1)  # a running-statistics style update
+        return x * 2
+
+    buffer, x = torch.randn(5), torch.randn(5)
+    expected_buffer = buffer * 0.9 + x * 0.1
+    core = _compile(fn, buffer.clone(), x)
+    out = core.run([buffer, x])[0]
+    torch.testing.assert_close(buffer, expected_buffer)
+    torch.testing.assert_close(out, x * 2)
+
+
+def test_partitions_run_in_the_core_and_fallback_nodes_through_dispatcher() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = torch.exp(x) * 2
+        z = torch.cumsum(y, 0)  # not in the capability registry
+        return torch.relu(z) + 1
+
+    core = _compile(fn, torch.randn(6))
+    x = torch.randn(6)
+    torch.testing.assert_close(core.run([x])[0], fn(x))
+    stats = core.stats()
+    assert stats["nodes_run_in_partitions"] == 4
+    assert stats["nodes_run_as_aten_fallback"] == 1
+    report = core.report()
+    cumsum = next(n for n in report["nodes"] if n["op"] == "aten::cumsum.default")
+    assert cumsum["partition"] == -1
+    assert "not in the capability registry" in cumsum["reason"]
+    assert [s for s, _ in report["stage_times"]] == [
+        "verify",
+        "capability",
+        "partition",
+        "fusion",
+        "runtime",
+    ]
+
+
+def test_disabled_ops_option() -> None:
+    core = _compile(
+        lambda x: torch.exp(x) * 2, torch.randn(3), options={"disabled_ops": ["aten::mul.Tensor"]}
+    )
+    mul = next(n for n in core.report()["nodes"] if n["op"] == "aten::mul.Tensor")
+    assert not mul["supported"] and "disabled by option disabled_ops" in mul["reason"]
+
+
+def test_symbolic_sizes_are_bound_and_checked() -> None:
+    core = _compile(lambda x, y: x + y, torch.randn(4, 3), torch.randn(4, 3), mode="symbolic")
+    x, y = torch.randn(6, 3), torch.randn(6, 3)
+    torch.testing.assert_close(core.run([x, y])[0], x + y)
+    with pytest.raises(_C.Error, match="inputs disagree on a dynamic size"):
+        core.run([torch.randn(6, 3), torch.randn(5, 3)])
+
+
+def test_wrong_number_of_inputs_is_a_clear_error() -> None:
+    core = _compile(lambda x: x + 1, torch.randn(2))
+    with pytest.raises(_C.Error, match="takes 1 inputs, but 2 were given"):
+        core.run([torch.randn(2), torch.randn(2)])
+
+
+def test_unknown_core_option() -> None:
+    lowered = lower(make_fx(lambda x: x + 1)(torch.randn(2)), [])
+    with pytest.raises(_C.Error, match="unknown core option 'colour'"):
+        _C.compile(lowered.graph, {"colour": 1})
+
+
+def test_cuda_graphs_stay_off_for_cpu_graphs_and_say_why() -> None:
+    core = _compile(lambda x: x + 1, torch.randn(2), options={"cuda_graphs": True})
+    status = core.report()["cuda_graphs"]
+    assert status.startswith("off"), status
+    assert "not on a CUDA device" in status or "built without CUDA" in status
+    assert core.run([torch.ones(2)])[0].tolist() == [2.0, 2.0]
+    assert core.stats()["cuda_graph_captures"] == 0

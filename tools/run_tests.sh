@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up and build, C++ unit tests (CTest), Python
+# tests (GPU tests skip cleanly without a GPU), generated-docs freshness, and
+# the quick benchmark on tiny models.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+bash tools/setup.sh
+
+build_dir=$(dirname "$(ls -d build/*/CTestTestfile.cmake | head -n 1)")
+ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
+
+"$PY" tools/gen_docs.py --check
+"$PY" -m pytest tests -q -p no:cacheprovider "$@"
+if [ -f benchmarks/__main__.py ]; then
+  "$PY" -m benchmarks --quick --out "${TMPDIR:-/tmp}/mybackend-bench-quick"
+fi
