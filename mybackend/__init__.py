@@ -13,10 +13,19 @@ import torch  # noqa: F401  (loads libtorch before the extension needs it)
 
 from mybackend import _C
 from mybackend.backend import register as _register
+from mybackend.debug.partition_map import PartitionMap
+from mybackend.debug.tracing import register_with_torch_logging as _register_logging
 from mybackend.explain import ExplainReport, explain
 from mybackend.options import Options
 
-__all__ = ["ExplainReport", "Options", "cuda_enabled", "explain", "supported_ops"]
+__all__ = [
+    "ExplainReport",
+    "Options",
+    "PartitionMap",
+    "cuda_enabled",
+    "explain",
+    "supported_ops",
+]
 __version__ = "0.1.0"
 
 
@@ -31,3 +40,4 @@ def cuda_enabled() -> bool:
 
 
 _register()
+_register_logging()

@@ -4,6 +4,8 @@ Loggers are children of ``mybackend`` (``mybackend.lowering``,
 ``mybackend.partition``, ...), so standard ``logging`` configuration applies.
 ``MYBACKEND_LOGS=+partition,fallback`` (or ``all``) turns channels on at DEBUG
 level when the backend first compiles; nothing is read at import time.
+The ``mybackend`` logger is also a TORCH_LOGS component (mybackend/debug/
+tracing.py), so ``TORCH_LOGS="+mybackend"`` does the same as ``all``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def apply_env_log_settings() -> None:
     if _env_applied:
         return
     _env_applied = True
+    from mybackend.debug.tracing import register_with_torch_logging
+
+    register_with_torch_logging()
     spec = os.environ.get("MYBACKEND_LOGS", "").strip()
     if not spec:
         return
@@ -40,7 +45,7 @@ def apply_env_log_settings() -> None:
     if "all" in names:
         names = list(CHANNELS)
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[mybackend.%(name)s] %(message)s"))
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
     for name in names:
         logger = get_logger(name)
         logger.setLevel(logging.DEBUG)

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +23,9 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from mybackend import _C
 from mybackend._logging import get_logger, warn_once
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
+from mybackend.debug.dumps import dump_graph
+from mybackend.debug.repro import write_reproducer
+from mybackend.debug.tracing import emit_graph_artifacts
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
 from mybackend.options import Options
@@ -65,7 +66,30 @@ def compile_aten_graph(
     kind: str,
     options: Options,
 ) -> Callable[..., Any]:
-    """Lowers and compiles one ATen graph; falls back to eager on failure."""
+    """Lowers and compiles one ATen graph; falls back to eager on failure.
+
+    With ``background_compile`` the work runs on a worker thread and the
+    returned callable runs the graph eagerly until it is done.
+    """
+    static_inputs = static_input_indices(kind)
+    compile_now = functools.partial(
+        _compile_now, gm, list(example_inputs), name, kind, options, static_inputs
+    )
+    if options.background_compile:
+        from mybackend.debug.background import BackgroundGraphFunction
+
+        return BackgroundGraphFunction(name, gm, compile_now, strict=options.strict)
+    return compile_now()
+
+
+def _compile_now(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    name: str,
+    kind: str,
+    options: Options,
+    static_inputs: list[int],
+) -> Callable[..., Any]:
     stage_times: list[tuple[str, float]] = []
     ir_text = ""
     try:
@@ -73,27 +97,67 @@ def compile_aten_graph(
         lowered = lower(gm, example_inputs)
         stage_times.append(("lowering", time.perf_counter() - start))
         ir_text = lowered.graph.to_text(True)
-        core_options = options.core_options(static_input_indices(kind))
-        core = _C.compile(lowered.graph, core_options, lowered.run_python_node)
-    except Exception as error:
-        if options.strict:
-            raise
-        reason = f"{type(error).__name__}: {error}"
-        warn_once(
-            f"compile:{reason}",
-            f"mybackend: could not compile {name} ({reason}); it runs eagerly. "
-            "Pass options={'strict': True} to raise instead.",
+        core = _C.compile(
+            lowered.graph, options.core_options(static_inputs), lowered.run_python_node
         )
-        publish(GraphRecord(name, kind, ir_text, None, stage_times, fallback_reason=reason))
-        return EagerGraphFunction(gm)
+    except Exception as error:
+        record = GraphRecord(name, kind, ir_text, None, stage_times, gm=gm)
+        return _fall_back(record, example_inputs, options, error)
     report = core.report()
     stage_times.extend(report["stage_times"])
     compiled = CompiledGraphFunction(name, lowered, core, gm, options)
-    record = GraphRecord(name, kind, ir_text, report, stage_times, compiled=compiled)
+    record = GraphRecord(name, kind, ir_text, report, stage_times, compiled=compiled, gm=gm)
+    compiled.record = record
     publish(record)
-    _dump(record, options)
+    _write_debug_outputs(record, options)
     log.debug("compiled %s: %d partitions", name, len(report["partitions"]))
     return compiled
+
+
+def _fall_back(
+    record: GraphRecord, example_inputs: list[Any], options: Options, error: Exception
+) -> Callable[..., Any]:
+    """Writes a reproducer (with a dump folder), then raises (strict) or warns."""
+    reason = f"{type(error).__name__}: {error}"
+    record.fallback_reason = reason
+    folder = options.dump_folder()
+    repro = ""
+    if folder:
+        try:
+            record.repro_path = write_reproducer(
+                folder, record.gm, example_inputs, _repro_options(options),
+                name=record.name, kind=record.kind, reason=reason,
+            )  # fmt: skip
+            repro = f" Reproducer: {record.repro_path}"
+        except Exception as repro_error:  # the failure report matters more
+            repro = f" (no reproducer: {repro_error})"
+    else:
+        repro = " Set MYBACKEND_DUMP_DIR to write a reproducer."
+    if options.strict:
+        if record.repro_path and hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(f"mybackend reproducer: {record.repro_path}")
+        raise error
+    warn_once(
+        f"compile:{reason}",
+        f"mybackend: could not compile {record.name} ({reason}); it runs eagerly. "
+        f"Pass options={{'strict': True}} to raise instead.{repro}",
+    )
+    publish(record)
+    _write_debug_outputs(record, options)
+    return EagerGraphFunction(record.gm)
+
+
+def _write_debug_outputs(record: GraphRecord, options: Options) -> None:
+    """Dumps and trace artifacts; their failure warns but never fails the compile."""
+    try:
+        dump_graph(record, options)
+        emit_graph_artifacts(record)
+    except Exception as error:
+        warn_once(
+            f"debug-output:{type(error).__name__}",
+            f"mybackend: writing dumps/trace artifacts of {record.name} failed "
+            f"({type(error).__name__}: {error})",
+        )
 
 
 def static_input_indices(kind: str) -> list[int]:
@@ -106,13 +170,8 @@ def static_input_indices(kind: str) -> list[int]:
     return list(getattr(metadata, "static_input_indices", None) or [])
 
 
-def _dump(record: GraphRecord, options: Options) -> None:
-    folder = options.dump_dir or os.environ.get("MYBACKEND_DUMP_DIR")
-    if not folder:
-        return
-    from mybackend.explain import format_graph_record
-
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / f"{record.name}.ir.txt").write_text(record.ir_text)
-    (path / f"{record.name}.report.txt").write_text(format_graph_record(record))
+def _repro_options(options: Options) -> dict[str, Any]:
+    """The options a reproducer compiles with: the user's, minus where to dump."""
+    values = options.user_dict()
+    values.pop("dump_dir", None)
+    return values

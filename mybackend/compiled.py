@@ -39,12 +39,24 @@ class CompiledGraphFunction:
         self._eager = eager
         self._options = options
         self._fell_back = False
+        self._check_accuracy = options.accuracy_check
+        self.record: Any = None  # its GraphRecord, set by the compiler
+        self.accuracy: list[dict[str, Any]] = []  # accuracy_check's results, per partition
 
     def __call__(self, args: list[Any]) -> list[Any]:
         inputs = list(args)
         args.clear()
         if self._fell_back:
             return run_eager(self._eager, inputs)
+        if self._check_accuracy:
+            self._check_accuracy = False
+            try:
+                self._run_accuracy_check(inputs)
+            except Exception as error:  # the check must not break the user's call
+                if self._options.strict:
+                    raise
+                warn_once(f"accuracy:{self.name}", f"mybackend: accuracy check of "
+                          f"{self.name} failed ({type(error).__name__}: {error})")  # fmt: skip
         try:
             return self._compiled.run(inputs + self._constants)  # type: ignore[no-any-return]
         except Exception as error:
@@ -62,6 +74,17 @@ class CompiledGraphFunction:
             "it runs eagerly from now on. Pass options={'strict': True} to raise instead.",
         )
         return outputs
+
+    def _run_accuracy_check(self, inputs: list[Any]) -> None:
+        from mybackend.debug.accuracy import check_partitions, warn_if_exceeded
+
+        gm = self._eager
+        if self.record is None or self.record.core_report is None:
+            return
+        if not isinstance(gm, torch.fx.GraphModule):
+            raise TypeError(f"accuracy_check needs the ATen GraphModule, got {type(gm).__name__}")
+        self.accuracy = check_partitions(gm, self.record.core_report, inputs, self._options)
+        warn_if_exceeded(self.name, self.accuracy)
 
     def stats(self) -> dict[str, int]:
         """Execution counters of the C++ runtime (see _C.CompiledGraph.stats)."""

@@ -1,4 +1,14 @@
-"""explain(): what mybackend did with a model, as a report object."""
+"""explain(): what mybackend did with a model, as a report object.
+
+The report lists, per ATen graph: its partitions and the kernel groups each
+became (kind, the fusion's reason, generated source on request), every node
+outside a partition with its reason and the user's source line, compile time
+per stage, run counters (the core's stats(): calls, CUDA-graph captures and
+replays, and any cache counters the core adds), the CUDA-graph status and why,
+and accuracy_check's results. ``str()`` is plain text, ``_repr_html_`` is a
+table for Jupyter, ``to_dict()`` is for scripts, and ``partition_map()``
+draws a graph.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,8 @@ from typing import Any
 import torch
 
 from mybackend.backend import mybackend_backend
+from mybackend.debug.dumps import format_kernels, kernel_source
+from mybackend.debug.partition_map import PartitionMap, partition_map
 from mybackend.reports import GraphRecord, collecting
 
 
@@ -26,25 +38,32 @@ class ExplainReport:
 
     def fallback_nodes(self) -> list[dict[str, Any]]:
         """Every node that runs outside the core's partitions, with its reason."""
-        return [n for g in self.graphs for n in _fallbacks(g)]
+        return [n for g in self.graphs for n in fallbacks_of(g)]
+
+    def accuracy(self) -> list[dict[str, Any]]:
+        """accuracy_check's result per partition (empty unless the option was on)."""
+        return [r for g in self.graphs for r in graph_accuracy(g)]
+
+    def partition_map(self, graph: int | str = 0) -> PartitionMap:
+        """The partition map of one graph, by index or name (see mybackend.debug)."""
+        return partition_map(self._graph(graph))
+
+    def partition_maps(self) -> list[PartitionMap]:
+        """The partition map of every compiled graph."""
+        return [partition_map(g) for g in self.graphs if g.core_report is not None]
+
+    def kernel_sources(self) -> str:
+        """Every kernel group, with the generated source where the core has one."""
+        return "\n".join(
+            f"{g.name}\n{format_kernels(g.core_report)}" for g in self.graphs if g.core_report
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "graph_breaks": self.graph_breaks,
-            "graphs": [
-                {
-                    "name": g.name,
-                    "kind": g.kind,
-                    "fallback_reason": g.fallback_reason,
-                    "stage_times": g.stage_times,
-                    "report": g.core_report,
-                    "ir": g.ir_text,
-                }
-                for g in self.graphs
-            ],
-        }
+        """Plain data (JSON-serialisable) for scripts."""
+        return {"graph_breaks": self.graph_breaks, "graphs": [graph_dict(g) for g in self.graphs]}
 
-    def __str__(self) -> str:
+    def format(self, sources: bool = False) -> str:
+        """Plain text; ``sources=True`` adds each generated kernel's source."""
         nodes = sum(len(g.core_report["nodes"]) for g in self.graphs if g.core_report)
         partitions = sum(len(g.core_report["partitions"]) for g in self.graphs if g.core_report)
         header = (
@@ -52,7 +71,27 @@ class ExplainReport:
             f"break(s), {nodes} nodes, {partitions} partition(s), "
             f"{len(self.fallback_nodes())} node(s) outside partitions"
         )
-        return "\n\n".join([header, *(format_graph_record(g) for g in self.graphs)])
+        sections = [format_graph_record(g, sources) for g in self.graphs]
+        return "\n\n".join([header, *sections])
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def _repr_html_(self) -> str:
+        from mybackend.debug.html import report_html
+
+        return report_html(self)
+
+    def _graph(self, key: int | str) -> GraphRecord:
+        if isinstance(key, int):
+            if not -len(self.graphs) <= key < len(self.graphs):
+                raise IndexError(f"graph {key} out of range: the report has {len(self.graphs)}")
+            return self.graphs[key]
+        for graph in self.graphs:
+            if graph.name == key:
+                return graph
+        names = ", ".join(g.name for g in self.graphs)
+        raise KeyError(f"no graph named {key!r}; graphs: {names}")
 
 
 def explain(
@@ -70,7 +109,8 @@ def explain(
     return ExplainReport(list(records))
 
 
-def _fallbacks(record: GraphRecord) -> list[dict[str, Any]]:
+def fallbacks_of(record: GraphRecord) -> list[dict[str, Any]]:
+    """The nodes of one graph that run outside partitions, with reason and graph name."""
     if record.core_report is None:
         return []
     dropped = dict(record.core_report["dropped"])
@@ -83,7 +123,36 @@ def _fallbacks(record: GraphRecord) -> list[dict[str, Any]]:
     return out
 
 
-def format_graph_record(record: GraphRecord) -> str:
+def graph_accuracy(record: GraphRecord) -> list[dict[str, Any]]:
+    """accuracy_check's per-partition results of one graph ([] when not run)."""
+    return list(getattr(record.compiled, "accuracy", None) or [])
+
+
+def graph_stats(record: GraphRecord) -> dict[str, int]:
+    """The run counters of one graph (calls, partitions run, CUDA-graph replays...)."""
+    stats = getattr(record.compiled, "stats", None)
+    return dict(stats()) if stats is not None else {}
+
+
+def graph_dict(record: GraphRecord) -> dict[str, Any]:
+    """One graph of ExplainReport.to_dict()."""
+    report = record.core_report
+    return {
+        "name": record.name,
+        "kind": record.kind,
+        "fallback_reason": record.fallback_reason,
+        "repro": record.repro_path,
+        "stage_times": [list(t) for t in record.stage_times],
+        "cuda_graphs": report["cuda_graphs"] if report else None,
+        "stats": graph_stats(record),
+        "fallback_nodes": fallbacks_of(record),
+        "accuracy": graph_accuracy(record),
+        "report": report,
+        "ir": record.ir_text,
+    }
+
+
+def format_graph_record(record: GraphRecord, sources: bool = False) -> str:
     """The plain-text section of one graph in explain() and in dumps."""
     lines = [f"{record.name} ({record.kind})"]
     times = ", ".join(f"{stage} {seconds * 1e3:.2f} ms" for stage, seconds in record.stage_times)
@@ -91,6 +160,8 @@ def format_graph_record(record: GraphRecord) -> str:
         lines.append(f"  compile time per stage: {times}")
     if record.core_report is None:
         lines.append(f"  runs eagerly: {record.fallback_reason}")
+        if record.repro_path:
+            lines.append(f"  reproducer: {record.repro_path}")
         return "\n".join(lines)
     report = record.core_report
     nodes = report["nodes"]
@@ -98,12 +169,52 @@ def format_graph_record(record: GraphRecord) -> str:
     for index, members in enumerate(report["partitions"]):
         classes = Counter(nodes[n]["op_class"] for n in members)
         summary = ", ".join(f"{c} x{k}" for c, k in sorted(classes.items()))
-        kinds = sorted({k["kind"] for k in report["kernels"] if k["partition"] == index})
+        kernels = [k for k in report["kernels"] if k["partition"] == index]
+        kinds = sorted({k["kind"] for k in kernels})
         lines.append(f"  partition {index}: {len(members)} nodes ({summary}) -> {', '.join(kinds)}")
-    fallbacks = _fallbacks(record)
-    if fallbacks:
-        lines.append("  nodes outside partitions:")
-        for node in fallbacks:
-            where = f"  [{node['source']}]" if node["source"] else ""
-            lines.append(f"    {node['name']} {node['op']}: {node['reason']}{where}")
+        if sources:
+            lines.extend(_source_lines(kernels))
+    lines.extend(_fallback_lines(record))
+    lines.append(f"  CUDA graphs: {report['cuda_graphs']}")
+    stats = graph_stats(record)
+    if stats:
+        lines.append("  runs: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+    lines.extend(_accuracy_lines(graph_accuracy(record)))
     return "\n".join(lines)
+
+
+def _source_lines(kernels: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for kernel in kernels:
+        source = kernel_source(kernel)
+        text = source if source else f"(no generated source: {kernel.get('why', kernel['kind'])})"
+        lines.append(f"    {kernel['kind']} kernel:")
+        lines.extend("      " + line for line in text.splitlines())
+    return lines
+
+
+def _fallback_lines(record: GraphRecord) -> list[str]:
+    fallbacks = fallbacks_of(record)
+    if not fallbacks:
+        return []
+    lines = ["  nodes outside partitions:"]
+    for node in fallbacks:
+        where = f"  [{node['source']}]" if node["source"] else ""
+        lines.append(f"    {node['name']} {node['op']}: {node['reason']}{where}")
+    return lines
+
+
+def _accuracy_lines(results: list[dict[str, Any]]) -> list[str]:
+    if not results:
+        return []
+    lines = ["  accuracy check (worst relative error vs eager, tolerance):"]
+    for r in results:
+        if r.get("error"):
+            lines.append(f"    partition {r['partition']}: not checked ({r['error']})")
+            continue
+        verdict = "EXCEEDED" if r["exceeded"] else "ok"
+        lines.append(
+            f"    partition {r['partition']}: {r['max_rel_error']:.3g} "
+            f"(tol {r['rtol']:.3g}, {r['dtype']}) {verdict}; worst at {r['worst_node']}"
+        )
+    return lines

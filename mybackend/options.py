@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,8 +64,20 @@ class Options:
     )
     dump_dir: str | None = _field(
         None,
-        "Folder to write each graph's IR text and compile report to "
+        "Folder to write each graph's stage outputs (ATen graph, IR, partition plan, "
+        "kernels, report, partition map) and, on a compile failure, a reproducer to "
         "(MYBACKEND_DUMP_DIR is the environment default).",
+    )
+    accuracy_check: bool = _field(
+        False,
+        "On each compiled graph's first call, run every partition through the core beside "
+        "its eager ATen nodes on the real inputs and warn when the worst relative error "
+        "exceeds the dtype's tolerance. Slow: for debugging only.",
+    )
+    background_compile: bool = _field(
+        False,
+        "Lower and compile each graph on a worker thread; its calls run eagerly until the "
+        "compiled version is ready, then switch to it without blocking the caller.",
     )
 
     @classmethod
@@ -80,6 +93,18 @@ class Options:
         for key, value in (options or {}).items():
             values[key] = _validated(key, value)
         return cls(**values)
+
+    def dump_folder(self) -> str | None:
+        """Where dumps go: the dump_dir option, else MYBACKEND_DUMP_DIR, else nowhere."""
+        return self.dump_dir or os.environ.get("MYBACKEND_DUMP_DIR") or None
+
+    def user_dict(self) -> dict[str, Any]:
+        """The fields that differ from their defaults (what a user would pass)."""
+        return {
+            f.name: list(value) if isinstance(value, tuple) else value
+            for f in dataclasses.fields(self)
+            if (value := getattr(self, f.name)) != f.default
+        }
 
     def core_options(self, static_inputs: Sequence[int] = ()) -> dict[str, Any]:
         """The subset the C++ core reads (see bindings/compile.cpp)."""

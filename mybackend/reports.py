@@ -20,6 +20,8 @@ class GraphRecord:
     stage_times: list[tuple[str, float]]
     fallback_reason: str | None = None
     compiled: Any = None  # the CompiledGraphFunction, for its run counters
+    gm: Any = None  # the ATen torch.fx.GraphModule, for the partition map
+    repro_path: str | None = None  # the reproducer written when compiling failed
 
 
 _sink: contextvars.ContextVar[list[GraphRecord] | None] = contextvars.ContextVar(

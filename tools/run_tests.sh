@@ -12,6 +12,4 @@ ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
 
 "$PY" tools/gen_docs.py --check
 "$PY" -m pytest tests -q -p no:cacheprovider "$@"
-if [ -f benchmarks/__main__.py ]; then
-  "$PY" -m benchmarks --quick --out "${TMPDIR:-/tmp}/mybackend-bench-quick"
-fi
+"$PY" -m benchmarks --quick --isolate --strict --out bench_out

@@ -1,0 +1,15 @@
+"""Benchmarks of mybackend against eager, Inductor and CUDA graphs.
+
+Layout (one idea per file):
+
+* ``models.py``    the model registry (full and tiny variants, random weights)
+* ``backends.py``  benchmark backend names -> torch.compile keyword arguments
+* ``scenarios.py`` inference and training rows; references for the accuracy check
+* ``common.py``    timing, accuracy, compile counters, memory
+* ``runner.py``    measuring every backend of a row in one process
+* ``results.py``   result records and results.json
+* ``report.py``    markdown tables (results.md); merging runs
+* ``charts.py``    PNG charts
+* ``cli.py``       ``python -m benchmarks``
+* ``micro/``       kernel micro-benchmarks against the roofline
+"""

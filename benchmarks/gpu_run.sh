@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The device script: the figures of docs/performance.md come from here.
+#
+#   bash benchmarks/gpu_run.sh STEP [MODEL] [extra python -m benchmarks options]
+#
+# One device command may run 10 minutes, so the full suite is split into steps
+# that each fit (one or more per call, in any order; 11 in all):
+#
+#   tests          the whole test suite on the GPU (GPU-marked tests run here), C++ tests too
+#   micro          device ceilings + kernel micro-benchmarks (benchmarks/micro)
+#   infer MODEL    inference at batch 1 and 32 (MODEL: resnet50 vit_b16 bert_base gpt2 mlp)
+#   train MODEL    the training step at the model's own batch
+#   smoke          mlp inference batch 1, every backend, no warm-cache subprocess
+#
+# Seen on one H100 (2026-11-22, mybackend absent): gpt2 inference batch 1 with
+# four backends took 140 s, most of it compiling (in process and in the
+# warm-cache subprocesses); resnet50 training with three, 70 s without them.
+#
+# Each step writes results.json, results.md and charts to $OUT/STEP[-MODEL]
+# (the device tool's output folder; ./bench_out elsewhere, which git ignores). Merge the
+# fetched folders on any machine with:
+#
+#   python -m benchmarks.report FOLDER1 FOLDER2 ... --out merged
+#
+# BUILD=1 first builds mybackend in place (pip install -e . --no-build-isolation);
+# otherwise mybackend is used if importable, and reads 'unavailable' if not.
+# Rows run with --isolate: a backend that crashes the process is marked
+# 'crashed' and the rest of its row is measured again without it. A step is
+# stopped after STEP_SECONDS (default 540) and its partial results reported.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+step=${1:-smoke}
+shift || true
+case "$step" in
+  tests|micro|infer|train|smoke) ;;
+  *) echo "unknown step '$step' (see the head of $0)"; exit 2 ;;
+esac
+model=""
+if [ "$step" = infer ] || [ "$step" = train ]; then
+  model=${1:?"usage: $0 $step MODEL [options]"}
+  shift
+fi
+out_root=${OUT:-bench_out}
+out="$out_root/$step${model:+-$model}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+limit=${STEP_SECONDS:-540}
+
+if [ "${BUILD:-0}" = 1 ]; then
+  python3 -m pip install --no-build-isolation --no-deps -e . >"$out/build.log" 2>&1 \
+    || { echo "build failed (see $out/build.log); mybackend rows will read 'unavailable'"; \
+         tail -20 "$out/build.log"; }
+fi
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+  --format=csv 2>/dev/null || echo "nvidia-smi unavailable"
+python3 - <<'EOF'
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu",
+      torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+try:
+    import mybackend
+    print("mybackend", mybackend.__version__, "cuda_enabled", mybackend.cuda_enabled())
+except Exception as exc:
+    print("mybackend not importable:", exc)
+EOF
+
+bench() {
+  timeout --signal=INT --kill-after=20 "$limit" \
+    python3 -m benchmarks --isolate --device-ceilings --no-progress --out "$out" "$@"
+  local rc=$?
+  if [ ! -f "$out/results.md" ] && [ -f "$out/results.json" ]; then
+    echo "step stopped early (exit $rc): reporting the rows it finished"
+    python3 -m benchmarks.report "$out" --out "$out"
+  fi
+  return $rc
+}
+
+case "$step" in
+  tests)
+    timeout --signal=INT "$limit" python3 -m pytest tests -q -p no:cacheprovider \
+      --ignore=tests/benchmarks "$@" >"$out/pytest.log" 2>&1
+    grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30
+    echo "pytest on $(python3 -c 'import torch; print(torch.cuda.get_device_name())'):" \
+      "$(tail -n 1 "$out/pytest.log")" ;;
+  micro)
+    timeout --signal=INT "$limit" python3 -m benchmarks.micro --out "$out" "$@" ;;
+  infer) bench --scenarios inference --models "$model" "$@" ;;
+  train) bench --scenarios training --models "$model" "$@" ;;
+  smoke) bench --scenarios inference --models mlp --batch 1 --no-warm-compile "$@" ;;
+esac

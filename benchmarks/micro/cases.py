@@ -1,0 +1,124 @@
+"""The kernel micro-benchmarks: each one computation with its byte and flop counts.
+
+Counts are the floor's (METHOD.md): each input read once, each output written
+once, and the arithmetic a perfect kernel must do. Adding a case is one
+``MicroCase`` entry in ``CASES``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+BF16 = 2  # bytes per element
+
+# (device, generator) -> the inputs of the case, random (never zeros).
+Maker = Callable[[torch.device, torch.Generator], tuple[torch.Tensor, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroCase:
+    """One micro-benchmark: a function of tensors and what it must cost at least."""
+
+    name: str
+    fn: Callable[..., torch.Tensor]
+    make_inputs: Maker
+    bytes_moved: float
+    flops: float
+    note: str
+
+
+def _randn(*shape: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(*shape, generator=gen).to(device, torch.bfloat16),)
+
+    return make
+
+
+def pointwise_chain(x: torch.Tensor) -> torch.Tensor:
+    """Eight elementwise ops in a row: one pass over memory once fused."""
+    y = x * 1.1
+    y = y + 0.3
+    y = torch.relu(y)
+    y = y * y
+    y = y - 0.2
+    y = torch.sigmoid(y)
+    y = y * 0.9
+    return torch.tanh(y)
+
+
+def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, b))
+
+
+def _with_affine(rows: int, cols: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(rows, cols, generator=gen)
+        w, b = torch.randn(cols, generator=gen), torch.randn(cols, generator=gen)
+        return tuple(t.to(device, torch.bfloat16) for t in (x, w, b))
+
+    return make
+
+
+def _linear_inputs(m: int, k: int, n: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(m, k, generator=gen)
+        w = torch.randn(n, k, generator=gen) / k**0.5
+        b = torch.randn(n, generator=gen)
+        return tuple(t.to(device, torch.bfloat16) for t in (x, w, b))
+
+    return make
+
+
+POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
+ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
+M, K, N = 8192, 768, 3072
+
+CASES: dict[str, MicroCase] = {
+    c.name: c
+    for c in (
+        MicroCase(
+            "pointwise_chain",
+            pointwise_chain,
+            _randn(POINTWISE_N),
+            2 * POINTWISE_N * BF16,
+            8 * POINTWISE_N,
+            "8 elementwise ops over 256 MiB bf16",
+        ),
+        MicroCase(
+            "layer_norm",
+            layer_norm,
+            _with_affine(ROWS, COLS),
+            (2 * ROWS * COLS + 2 * COLS) * BF16,
+            8 * ROWS * COLS,
+            f"layer norm over the last dim of {ROWS}x{COLS} bf16",
+        ),
+        MicroCase(
+            "softmax",
+            softmax,
+            _randn(ROWS, COLS),
+            2 * ROWS * COLS * BF16,
+            5 * ROWS * COLS,
+            f"softmax over the last dim of {ROWS}x{COLS} bf16",
+        ),
+        MicroCase(
+            "linear_gelu",
+            linear_gelu,
+            _linear_inputs(M, K, N),
+            (M * K + N * K + N + M * N) * BF16,
+            2 * M * K * N + 10 * M * N,
+            f"Linear+bias+GELU {M}x{K} -> {N} bf16",
+        ),
+    )
+}
