@@ -103,13 +103,22 @@ py::dict report_to_dict(const CompiledGraph& compiled) {
   const CompileReport& report = compiled.report();
   py::list stage_times, kernels;
   for (const auto& [stage, seconds] : report.stage_times) stage_times.append(py::make_tuple(stage, seconds));
+  const auto generated = compiled.executor().generated_groups();
   for (const PartitionPlan& plan : report.fusion.partitions) {
-    for (const KernelGroup& group : plan.groups) {
+    for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+      const KernelGroup& group = plan.groups[g];
       py::dict kernel;
       kernel["partition"] = plan.partition;
       kernel["kind"] = std::string(kernel_kind_name(group.kind));
       kernel["nodes"] = group.nodes;
       kernel["why"] = group.why;
+      kernel["spec"] = group.spec;
+      for (const GeneratedGroupStatus& status : generated) {
+        if (status.partition != plan.partition || status.group != static_cast<int>(g)) continue;
+        kernel["compiled"] = status.compiled;
+        kernel["kernel"] = status.kernel;
+        kernel["problem"] = status.problem;
+      }
       kernels.append(kernel);
     }
   }
@@ -132,6 +141,8 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["nodes_run_as_aten_fallback"] = stats.nodes_run_as_aten_fallback;
   out["nodes_run_as_builtin"] = stats.nodes_run_as_builtin;
   out["nodes_run_in_python"] = stats.nodes_run_in_python;
+  out["generated_kernels_run"] = stats.generated_kernels_run;
+  out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   return out;
 }
 

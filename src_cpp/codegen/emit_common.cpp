@@ -264,32 +264,32 @@ std::string body_function(const PointwiseSpec& spec, std::string_view name) {
   out << "__device__ __forceinline__ void " << name << "(";
   std::string sep;
   for (std::size_t k = 0; k < spec.inputs.size(); ++k, sep = ", ") {
-    out << sep << "const " << compute_type(spec.inputs[k].dtype) << " x" << k;
+    out << sep << "const " << compute_type(spec.inputs[k].dtype) << " x" << std::to_string(k);
   }
   for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
     if (!spec.scalars[k].is_argument) continue;
-    out << sep << "const " << compute_type(spec.scalars[k].dtype) << " s" << k;
+    out << sep << "const " << compute_type(spec.scalars[k].dtype) << " s" << std::to_string(k);
     sep = ", ";
   }
   for (std::size_t k = 0; k < spec.outputs.size(); ++k, sep = ", ") {
-    out << sep << compute_type(spec.outputs[k].tensor.dtype) << "& y" << k;
+    out << sep << compute_type(spec.outputs[k].tensor.dtype) << "& y" << std::to_string(k);
   }
   out << ") {\n";
   for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
     const PwScalar& s = spec.scalars[k];
     if (s.is_argument) continue;
-    out << "  const " << compute_type(s.dtype) << " s" << k << " = " << literal(s.dtype, s.f, s.i)
-        << ";\n";
+    out << "  const " << compute_type(s.dtype) << " s" << std::to_string(k) << " = "
+        << literal(s.dtype, s.f, s.i) << ";\n";
   }
   for (std::size_t id = 0; id < spec.instrs.size(); ++id) {
     const PwInstr& in = spec.instrs[id];
     std::vector<std::string> args;
     for (std::int32_t a : in.args) args.push_back("v" + std::to_string(a));
-    out << "  const " << compute_type(in.dtype) << " v" << id << " = " << instr_expr(spec, in, args)
-        << ";  // " << pw_op_name(in.op) << "\n";
+    out << "  const " << compute_type(in.dtype) << " v" << std::to_string(id) << " = "
+        << instr_expr(spec, in, args) << ";  // " << pw_op_name(in.op) << "\n";
   }
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    out << "  y" << k << " = v" << spec.outputs[k].value << ";\n";
+    out << "  y" << std::to_string(k) << " = v" << std::to_string(spec.outputs[k].value) << ";\n";
   }
   out << "}\n";
   return out.str();
@@ -318,7 +318,7 @@ std::string scalar_locals(const PointwiseSpec& spec, const std::string& arg_pref
     if (!s.is_argument) continue;
     // Arguments arrive as double or int64 (Note [Kernel ABI]).
     const DType wire = is_floating(s.dtype) ? DType::Float64 : DType::Int64;
-    out << indent << "const " << compute_type(s.dtype) << " s" << k << " = "
+    out << indent << "const " << compute_type(s.dtype) << " s" << std::to_string(k) << " = "
         << cast_expr(wire, s.dtype, arg_prefix + std::to_string(k)) << ";\n";
   }
   return out.str();
@@ -337,15 +337,16 @@ std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
   out << indent << "{\n"
       << indent << "  I rem = " << linear << ";\n"
       << "#pragma unroll\n"
-      << indent << "  for (int d = " << rank - 1 << "; d >= 0; --d) {\n"
+      << indent << "  for (int d = " << std::to_string(rank - 1) << "; d >= 0; --d) {\n"
       << indent << "    const I size = static_cast<I>(" << shape << ".d[d]);\n"
       << indent << "    const I coord = d > 0 ? rem % size : rem;\n"
       << indent << "    if (d > 0) rem /= size;\n";
   for (const auto& t : tensors) {
     if (t.rank == 0) continue;
     const int lead = rank - t.rank;
-    out << indent << "    if (d >= " << lead << ") " << t.offset_var
-        << " += coord * static_cast<I>(" << t.strides << ".d[d - " << lead << "]);\n";
+    out << indent << "    if (d >= " << std::to_string(lead) << ") " << t.offset_var
+        << " += coord * static_cast<I>(" << t.strides << ".d[d - " << std::to_string(lead)
+        << "]);\n";
   }
   out << indent << "  }\n" << indent << "}\n";
   return out.str();

@@ -101,23 +101,27 @@ std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {
 void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
   const PointwiseSpec& spec = layout.spec;
   const std::vector<bool> used = emit::used_inputs(spec);
-  src << "  constexpr int VEC = " << layout.vec << ";\n"
+  src << "  constexpr int VEC = " << std::to_string(layout.vec) << ";\n"
       << "  const I nvec = numel / VEC;\n"
       << "  for (I v = first; v < nvec; v += step) {\n"
       << "    const I i = v * VEC;\n";
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string ct(compute_type(spec.inputs[k].dtype));
-    src << "    " << ct << " x" << k << "[VEC];\n";
-    if (used[k]) src << "    mb::load_compute<VEC>(in" << k << " + i, x" << k << ");\n";
+    src << "    " << ct << " x" << std::to_string(k) << "[VEC];\n";
+    if (used[k])
+      src << "    mb::load_compute<VEC>(in" << std::to_string(k) << " + i, x" << std::to_string(k)
+          << ");\n";
   }
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << k << "[VEC];\n";
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
+        << "[VEC];\n";
   }
   src << "#pragma unroll\n"
       << "    for (int k = 0; k < VEC; ++k) mb_body("
       << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    mb::store_compute<VEC>(out" << k << " + i, y" << k << ");\n";
+    src << "    mb::store_compute<VEC>(out" << std::to_string(k) << " + i, y" << std::to_string(k)
+        << ");\n";
   }
   src << "  }\n";
 }
@@ -132,20 +136,21 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string n = "in" + std::to_string(k);
     const std::string ct(compute_type(spec.inputs[k].dtype));
-    src << "    const " << ct << " x" << k << " = ";
+    src << "    const " << ct << " x" << std::to_string(k) << " = ";
     src << (used[k] ? "mb::to_compute(" + n + "[" + offset_of(spec.inputs[k], n) + "])"
                     : ct + "(0)")
         << ";\n";
   }
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << k << ";\n";
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
+        << ";\n";
   }
   src << "    mb_body(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     const std::string n = "out" + std::to_string(k);
     const TensorArg& t = spec.outputs[k].tensor;
     src << "    " << n << "[" << offset_of(t, n) << "] = mb::from_compute<" << storage_type(t.dtype)
-        << ">(y" << k << ");\n";
+        << ">(y" << std::to_string(k) << ");\n";
   }
   src << "  }\n";
 }
@@ -167,8 +172,8 @@ EmittedKernel emit_pointwise(const PointwiseSpec& spec) {
       << "#include \"mb_math.cuh\"\n#include \"mb_vector_io.cuh\"\n\n"
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << emit::body_function(spec, "mb_body") << "\n"
-      << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads << ") " << entry.name
-      << "(";
+      << "extern \"C\" __global__ void __launch_bounds__(" << std::to_string(spec.threads) << ") "
+      << entry.name << "(";
   add_params(layout, src, entry);
   src << ") {\n"
       << "  const I numel = static_cast<I>(numel_arg);\n"

@@ -66,17 +66,17 @@ void members(const Side& side, bool with_outputs, std::ostringstream& src) {
   const PointwiseSpec& spec = side.spec;
   for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
     src << "  const " << storage_type(spec.inputs[k].dtype) << "* __restrict__ " << side.ptr_prefix
-        << k << ";\n";
+        << std::to_string(k) << ";\n";
   }
   if (with_outputs) {
     for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-      src << "  " << storage_type(spec.outputs[k].tensor.dtype) << "* __restrict__ out" << k
-          << ";\n";
+      src << "  " << storage_type(spec.outputs[k].tensor.dtype) << "* __restrict__ out"
+          << std::to_string(k) << ";\n";
     }
   }
   for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
     if (spec.scalars[k].is_argument)
-      src << "  " << compute_type(spec.scalars[k].dtype) << " s" << k << ";\n";
+      src << "  " << compute_type(spec.scalars[k].dtype) << " s" << std::to_string(k) << ";\n";
   }
   if (needs_shape(side, with_outputs)) src << "  mb::Dims<" << spec.rank << "> shape;\n";
   for (const auto& t : strided_of(side, with_outputs)) {
@@ -91,7 +91,7 @@ void load_inputs(const Side& side, const std::string& linear, std::ostringstream
   for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
     const std::string n = side.ptr_prefix + std::to_string(k);
     const std::string ct(compute_type(spec.inputs[k].dtype));
-    src << "    const " << ct << " x" << k << " = "
+    src << "    const " << ct << " x" << std::to_string(k) << " = "
         << (used[k] ? "mb::to_compute(" + n + "[" + offset_of(spec.inputs[k], n, linear) + "])"
                     : ct + "(0)")
         << ";\n";
@@ -115,8 +115,10 @@ void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
     src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
            "const {\n";
     for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-      src << "    " << compute_type(spec.inputs[k].dtype) << " x" << k << "[N];\n";
-      if (used[k]) src << "    mb::load_compute<N>(in" << k << " + i, x" << k << ");\n";
+      src << "    " << compute_type(spec.inputs[k].dtype) << " x" << std::to_string(k) << "[N];\n";
+      if (used[k])
+        src << "    mb::load_compute<N>(in" << std::to_string(k) << " + i, x" << std::to_string(k)
+            << ");\n";
     }
     src << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_prologue("
         << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n  }\n";
@@ -163,14 +165,15 @@ void emit_store_struct(const ReductionSpec& rspec, const Side& side, DType acc_d
   src << emit::strided_offsets(strided_of(side, true), spec.rank, "shape", "o", "    ");
   load_inputs(side, "o", src);
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << k << ";\n";
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
+        << ";\n";
   }
   src << "    mb_epilogue(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     const TensorArg& t = spec.outputs[k].tensor;
     const std::string n = "out" + std::to_string(k);
     src << "    " << n << "[" << offset_of(t, n, "o") << "] = mb::from_compute<"
-        << storage_type(t.dtype) << ">(y" << k << ");\n";
+        << storage_type(t.dtype) << ">(y" << std::to_string(k) << ");\n";
   }
   src << "  }\n};\n\n";
 }

@@ -97,17 +97,17 @@ void indent_into(std::ostringstream& out, const std::string& text, const std::st
 
 std::string PointwiseSpec::to_string() const {
   std::ostringstream out;
-  out << "pointwise rank=" << rank << " index=" << (index64 ? "i64" : "i32")
-      << " threads=" << threads << "\n";
+  out << "pointwise rank=" << std::to_string(rank) << " index=" << (index64 ? "i64" : "i32")
+      << " threads=" << std::to_string(threads) << "\n";
   for (std::size_t k = 0; k < inputs.size(); ++k)
-    out << "  in" << k << " " << tensor_text(inputs[k]) << "\n";
+    out << "  in" << std::to_string(k) << " " << tensor_text(inputs[k]) << "\n";
   for (std::size_t k = 0; k < scalars.size(); ++k)
-    out << "  sc" << k << " " << scalar_text(scalars[k]) << "\n";
+    out << "  sc" << std::to_string(k) << " " << scalar_text(scalars[k]) << "\n";
   for (std::size_t k = 0; k < instrs.size(); ++k)
-    out << "  %" << k << " = " << instr_text(instrs[k]) << "\n";
+    out << "  %" << std::to_string(k) << " = " << instr_text(instrs[k]) << "\n";
   for (std::size_t k = 0; k < outputs.size(); ++k) {
-    out << "  out" << k << " " << tensor_text(outputs[k].tensor) << " = %" << outputs[k].value
-        << "\n";
+    out << "  out" << std::to_string(k) << " " << tensor_text(outputs[k].tensor) << " = %"
+        << std::to_string(outputs[k].value) << "\n";
   }
   return out.str();
 }
@@ -117,10 +117,11 @@ std::uint64_t PointwiseSpec::hash() const { return fnv1a64(to_string()); }
 std::string ReductionSpec::to_string() const {
   std::ostringstream out;
   out << "reduction " << reduce_op_name(op) << " axis=" << reduce_axis_name(axis)
-      << " strategy=" << reduce_strategy_name(strategy) << " input_rank=" << input_rank
-      << " output_rank=" << output_rank << " out=" << dtype_short_name(out_dtype)
+      << " strategy=" << reduce_strategy_name(strategy)
+      << " input_rank=" << std::to_string(input_rank)
+      << " output_rank=" << std::to_string(output_rank) << " out=" << dtype_short_name(out_dtype)
       << " correction=" << number_text(correction) << " index=" << (index64 ? "i64" : "i32")
-      << " threads=" << threads << "\n";
+      << " threads=" << std::to_string(threads) << "\n";
   if (prologue) {
     out << "  prologue:\n";
     indent_into(out, prologue->to_string(), "    ");
@@ -144,7 +145,7 @@ std::string NormSpec::to_string() const {
       << " out=" << dtype_short_name(out_dtype) << " weight=" << dtype_short_name(weight_dtype)
       << " has_weight=" << has_weight << " has_bias=" << has_bias << " save_stats=" << save_stats
       << " param_grads=" << param_grads << " aligned=" << aligned
-      << " index=" << (index64 ? "i64" : "i32") << " threads=" << threads << "\n";
+      << " index=" << (index64 ? "i64" : "i32") << " threads=" << std::to_string(threads) << "\n";
   return out.str();
 }
 

@@ -4,6 +4,7 @@
 
 #include <nvrtc.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>

@@ -8,6 +8,7 @@
 // (pointwise_planner.h, docs/design/0004-fusion-planner.md).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>

@@ -1,1 +1,5 @@
-list(APPEND CORE_SOURCES fusion/fusion_plan.cpp)
+list(APPEND CORE_SOURCES
+  fusion/fusion_plan.cpp
+  fusion/type_promotion.cpp
+  fusion/pointwise_lowering.cpp
+  fusion/pointwise_planner.cpp)

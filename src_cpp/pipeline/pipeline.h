@@ -46,6 +46,7 @@ class CompiledGraph {
   ExecutionStats stats() const { return executor_->stats(); }
   const Graph& graph() const { return executor_->graph(); }
   const CudaGraphRunner& cuda_graphs() const { return *runner_; }
+  const Executor& executor() const { return *executor_; }
 
  private:
   std::unique_ptr<Executor> executor_;

@@ -10,6 +10,7 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
+  compile_generated(fusion);
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
       add_partition_steps(fusion, scheduled.index);
@@ -20,12 +21,45 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
   plan_releases();
 }
 
+// Compiles every generated group at once (NVRTC in parallel, through the
+// kernel cache); groups that fail keep only their ATen form.
+void Executor::compile_generated(const FusionPlan& fusion) {
+  std::vector<std::shared_ptr<const PointwiseGroup>> pointwise;
+  for (const PartitionPlan& plan : fusion.partitions) {
+    for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+      const KernelGroup& group = plan.groups[g];
+      if (group.kind != KernelKind::Pointwise || !group.pointwise) continue;
+      Generated generated;
+      generated.status.partition = plan.partition;
+      generated.status.group = static_cast<int>(g);
+      generated_.push_back(std::move(generated));
+      pointwise.push_back(group.pointwise);
+    }
+  }
+  std::vector<GeneratedCompileResult> results = compile_pointwise_groups(*graph_, pointwise);
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    generated_[k].kernel = std::move(results[k].kernel);
+    generated_[k].status.compiled = generated_[k].kernel != nullptr;
+    generated_[k].status.problem = results[k].problem;
+    if (generated_[k].kernel) generated_[k].status.kernel = generated_[k].kernel->description();
+  }
+}
+
 void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
   MB_ASSERT(partition >= 0 && partition < static_cast<int>(fusion.partitions.size()),
             "schedule names partition ", partition, " that the fusion plan lacks");
-  for (const KernelGroup& group : fusion.partitions[partition].groups) {
+  const auto& groups = fusion.partitions[partition].groups;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const KernelGroup& group = groups[g];
     Step step;
     step.kind = StepKind::KernelGroup;
+    for (std::size_t k = 0; k < generated_.size(); ++k) {
+      const GeneratedGroupStatus& status = generated_[k].status;
+      if (status.partition == partition && status.group == static_cast<int>(g) &&
+          generated_[k].kernel) {
+        step.generated = static_cast<int>(k);
+      }
+    }
     for (NodeId id : group.nodes) {
       step.calls.push_back(calls_.size());
       calls_.emplace_back(*graph_, graph_->node(id));
@@ -78,7 +112,8 @@ void Executor::plan_releases() {
       }
     }
   }
-  for (const Argument& out : graph_->outputs()) out.for_each_value([&](ValueId v) { last_use[v] = -1; });
+  for (const Argument& out : graph_->outputs())
+    out.for_each_value([&](ValueId v) { last_use[v] = -1; });
   for (std::size_t v = 0; v < last_use.size(); ++v) {
     if (last_use[v] >= 0) steps_[last_use[v]].release_after.push_back(static_cast<ValueId>(v));
   }
@@ -88,11 +123,11 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
   const auto& input_ids = graph_->inputs();
   MB_CHECK(inputs.size() == input_ids.size(), "the compiled graph takes ", input_ids.size(),
            " inputs, but ", inputs.size(), " were given");
-  binder_.bind(inputs);
+  const SymbolBindings bindings = binder_.bind(inputs);
   ValueSlots slots(graph_->values().size());
   for (std::size_t i = 0; i < inputs.size(); ++i) slots[input_ids[i]] = std::move(inputs[i]);
   for (const Step& step : steps_) {
-    run_step(step, slots);
+    run_step(step, slots, bindings);
     for (ValueId v : step.release_after) slots[v] = c10::IValue();
   }
   std::vector<c10::IValue> outputs;
@@ -106,10 +141,19 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
   return outputs;
 }
 
-void Executor::run_step(const Step& step, ValueSlots& slots) const {
+void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings) const {
   switch (step.kind) {
     case StepKind::KernelGroup:
-      for (std::size_t c : step.calls) calls_[c].run(slots);
+      if (step.generated >= 0) {
+        if (generated_[static_cast<std::size_t>(step.generated)].kernel->run(slots, bindings)) {
+          counters_.generated.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
+          for (std::size_t c : step.calls) calls_[c].run(slots);
+        }
+      } else {
+        for (std::size_t c : step.calls) calls_[c].run(slots);
+      }
       counters_.groups.fetch_add(1, std::memory_order_relaxed);
       counters_.in_partitions.fetch_add(static_cast<std::int64_t>(step.calls.size()),
                                         std::memory_order_relaxed);
@@ -154,7 +198,22 @@ ExecutionStats Executor::stats() const {
   stats.nodes_run_as_aten_fallback = counters_.aten.load();
   stats.nodes_run_as_builtin = counters_.builtin.load();
   stats.nodes_run_in_python = counters_.python.load();
+  stats.generated_kernels_run = counters_.generated.load();
+  stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   return stats;
+}
+
+std::vector<GeneratedGroupStatus> Executor::generated_groups() const {
+  std::vector<GeneratedGroupStatus> out;
+  for (const Generated& g : generated_) {
+    GeneratedGroupStatus status = g.status;
+    if (g.kernel) {
+      const std::string problem = g.kernel->problem();
+      if (!problem.empty()) status.problem = problem;
+    }
+    out.push_back(std::move(status));
+  }
+  return out;
 }
 
 }  // namespace mybackend

@@ -10,6 +10,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "ir/graph.h"
 #include "partition/partitioner.h"
 #include "runtime/aten_call.h"
+#include "runtime/generated_kernel.h"
 #include "runtime/symbol_binder.h"
 
 namespace mybackend {
@@ -34,6 +36,19 @@ struct ExecutionStats {
   std::int64_t nodes_run_as_aten_fallback = 0;
   std::int64_t nodes_run_as_builtin = 0;
   std::int64_t nodes_run_in_python = 0;
+  // Launches of generated kernels (one per pointwise group run on the GPU).
+  std::int64_t generated_kernels_run = 0;
+  // Pointwise groups that ran their ATen form instead, for one call.
+  std::int64_t generated_kernel_fallbacks = 0;
+};
+
+// A generated kernel group and what became of it, for reports.
+struct GeneratedGroupStatus {
+  int partition = 0;
+  int group = 0;  // index into the partition's kernel groups
+  bool compiled = false;
+  std::string kernel;   // description: entry names and target
+  std::string problem;  // why it (last) ran as ATen calls; empty if never
 };
 
 class Executor {
@@ -46,6 +61,9 @@ class Executor {
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const;
   ExecutionStats stats() const;
   const Graph& graph() const { return *graph_; }
+  // Every generated group of the fusion plan: compiled or not, and why it
+  // fell back to ATen calls (Note [Never an error to the user]).
+  std::vector<GeneratedGroupStatus> generated_groups() const;
 
  private:
   enum class StepKind : std::int8_t { KernelGroup, AtenNode, BuiltinNode, PythonNode };
@@ -53,22 +71,30 @@ class Executor {
     StepKind kind = StepKind::AtenNode;
     std::vector<std::size_t> calls;  // indices into calls_ (KernelGroup, AtenNode)
     NodeId node = 0;                 // BuiltinNode, PythonNode
+    int generated = -1;              // KernelGroup: index into generated_, or -1
     std::vector<ValueId> release_after;
   };
   struct Counters {
-    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0};
+    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
+        generated{0}, generated_fallbacks{0};
   };
 
+  void compile_generated(const FusionPlan& fusion);
   void add_partition_steps(const FusionPlan& fusion, int partition);
   void add_node_step(const Node& node);
   void plan_releases();
-  void run_step(const Step& step, ValueSlots& slots) const;
+  void run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings) const;
   void run_builtin(const Node& node, ValueSlots& slots) const;
   void run_python(const Node& node, ValueSlots& slots) const;
 
   std::shared_ptr<const Graph> graph_;
   std::vector<AtenCall> calls_;
   std::vector<Step> steps_;
+  struct Generated {
+    GeneratedGroupStatus status;
+    std::unique_ptr<GeneratedPointwise> kernel;  // null: runs as ATen calls
+  };
+  std::vector<Generated> generated_;
   SymbolBinder binder_;
   PythonFallback python_fallback_;
   mutable Counters counters_;

@@ -1,2 +1,3 @@
 list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
   runtime/symbol_binder.cpp runtime/executor.cpp runtime/cuda_graph_runner.cpp)
+list(APPEND RUNTIME_SOURCES runtime/cuda_driver.cpp runtime/generated_kernel.cpp)

@@ -1,0 +1,359 @@
+#include "fusion/pointwise_planner.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
+
+#include "capability/registry.h"
+#include "common/error.h"
+#include "fusion/pointwise_lowering.h"
+
+namespace mybackend {
+namespace {
+
+std::string device_problem(const TensorType& t, const Device& device, const std::string& what) {
+  if (t.device.type != DeviceType::CUDA) return what + " is not on a CUDA device";
+  if (t.device != device) return what + " is on another device than the output";
+  if (t.rank() > kMaxKernelRank) return what + " has rank above " + std::to_string(kMaxKernelRank);
+  if (!codegen_supports_dtype(t.dtype))
+    return what + " has dtype " + std::string(dtype_name(t.dtype)) + ", which codegen lacks";
+  return {};
+}
+
+void merge_into(std::vector<int>& into, const std::vector<int>& from) {
+  std::vector<int> out;
+  std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(out));
+  into.swap(out);
+}
+
+}  // namespace
+
+bool likely_contiguous(const TensorType& type) {
+  if (type.is_contiguous()) return true;
+  // Symbolic sizes: only a guess (the runtime checks the actual tensors).
+  bool symbolic = false;
+  for (const Dim& d : type.sizes) symbolic = symbolic || !d.is_static();
+  for (const Dim& d : type.strides) symbolic = symbolic || !d.is_static();
+  if (!symbolic) return false;
+  return type.strides.empty() ||
+         (type.strides.back().is_static() && type.strides.back().static_value() == 1);
+}
+
+std::string shape_key(const TensorType& type) {
+  std::string key;
+  for (const Dim& d : type.sizes) key += d.str() + ",";
+  return key;
+}
+
+std::string pointwise_candidate_problem(const Graph& graph, const Node& node) {
+  if (node.kind != NodeKind::Aten) return "not an ATen node";
+  const OpEntry* entry = CapabilityRegistry::builtin().find(node.op);
+  if (entry == nullptr || entry->op_class != OpClass::Pointwise) return "not a pointwise op";
+  if (!has_pointwise_lowering(node.op)) return "no generated lowering for " + node.op;
+  if (node.outputs.size() != 1) return "not exactly one output";
+  const Value& out = graph.value(node.outputs[0]);
+  if (out.kind != ValueKind::Tensor) return "the output is not a tensor";
+  if (std::string p = device_problem(out.tensor, out.tensor.device, "the output"); !p.empty())
+    return p;
+  for (ValueId v : node.input_values()) {
+    const Value& in = graph.value(v);
+    if (in.kind != ValueKind::Tensor) return "reads the symbolic scalar " + in.name;
+    if (std::string p = device_problem(in.tensor, out.tensor.device, "input " + in.name);
+        !p.empty())
+      return p;
+    if (in.tensor.rank() > out.tensor.rank()) return "an input has a higher rank than the output";
+  }
+  PointwiseSsa trial(graph);
+  if (std::string p = trial.add_node(node); !p.empty()) return p;
+  trial.spec().outputs.push_back(
+      PwOutput{TensorArg{out.tensor.dtype, IndexMode::Contiguous, 0}, trial.logical(out.id)});
+  trial.spec().rank = static_cast<int>(out.tensor.rank());
+  if (std::string p = validate(trial.spec()); !p.empty()) return "invalid spec: " + p;
+  return {};
+}
+
+PointwisePlanner::PointwisePlanner(const Graph& graph, const FusionOptions& options)
+    : graph_(graph),
+      options_(options),
+      producers_(graph.node_producers()),
+      users_(graph.node_users()),
+      graph_output_(graph.values().size(), false) {
+  for (const Argument& out : graph.outputs())
+    out.for_each_value([&](ValueId v) { graph_output_[static_cast<std::size_t>(v)] = true; });
+}
+
+std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
+    const std::vector<NodeId>& nodes, std::string* why) const {
+  const std::set<NodeId> members(nodes.begin(), nodes.end());
+  PointwiseSsa ssa(graph_);
+  for (NodeId id : nodes) {
+    if (std::string p = ssa.add_node(graph_.node(id)); !p.empty()) {
+      *why = graph_.node(id).name + ": " + p;
+      return nullptr;
+    }
+  }
+  auto group = std::make_shared<PointwiseGroup>();
+  const TensorType& shape = graph_.value(graph_.node(nodes[0]).outputs[0]).tensor;
+  const int rank = static_cast<int>(shape.rank());
+  const std::string key = shape_key(shape);
+  // Outputs: values something outside the group reads.
+  for (NodeId id : nodes) {
+    const ValueId v = graph_.node(id).outputs[0];
+    bool used_outside = graph_output_[static_cast<std::size_t>(v)];
+    for (NodeId user : users_[static_cast<std::size_t>(id)]) {
+      used_outside = used_outside || members.count(user) == 0;
+    }
+    if (!used_outside) continue;
+    const TensorType& t = graph_.value(v).tensor;
+    TensorArg arg{t.dtype, likely_contiguous(t) ? IndexMode::Aligned : IndexMode::Strided,
+                  likely_contiguous(t) ? 0 : rank};
+    ssa.spec().outputs.push_back(PwOutput{arg, ssa.logical(v)});
+    group->outputs.push_back(v);
+  }
+  if (group->outputs.empty()) {
+    *why = "the group computes nothing anyone reads";
+    return nullptr;
+  }
+  PointwiseSpec& spec = ssa.spec();
+  spec.rank = rank;
+  group->inputs = ssa.inputs();
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const TensorType& t = graph_.value(group->inputs[k]).tensor;
+    const bool full = shape_key(t) == key && likely_contiguous(t);
+    spec.inputs[k].mode = full ? IndexMode::Aligned : IndexMode::Strided;
+    spec.inputs[k].rank = full ? 0 : rank;
+  }
+  spec.index64 = false;
+  PointwiseSpec general = spec;
+  general.index64 = true;
+  for (auto& t : general.inputs) t = TensorArg{t.dtype, IndexMode::Strided, rank};
+  for (auto& o : general.outputs) o.tensor = TensorArg{o.tensor.dtype, IndexMode::Strided, rank};
+  for (const PointwiseSpec* s : {&spec, &general}) {
+    if (std::string p = validate(*s); !p.empty()) {
+      *why = "invalid spec: " + p;
+      return nullptr;
+    }
+  }
+  group->spec = std::move(spec);
+  group->general = std::move(general);
+  return group;
+}
+
+std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes) {
+  // Decide: grow groups in topological order (Note [Pointwise groups]).
+  const std::set<NodeId> in_partition(partition_nodes.begin(), partition_nodes.end());
+  std::map<NodeId, int> group_of;
+  std::map<NodeId, std::vector<int>> deps;   // groups each node waits for, sorted
+  std::vector<std::vector<int>> group_deps;  // groups each group waits for, sorted
+  std::vector<std::vector<NodeId>> groups;
+  std::vector<std::string> group_key;
+  std::map<NodeId, std::string> refusals;
+  // Merged groups alias the group they merged into.
+  std::vector<int> alias;
+  auto find = [&](int g) {
+    while (alias[static_cast<std::size_t>(g)] != g) g = alias[static_cast<std::size_t>(g)];
+    return g;
+  };
+  // Does anything reachable from `start` (groups, transitively through what
+  // each group waits for) belong to `target`? Groups run as one unit, so a
+  // group waits for everything any member waits for; group_deps grow as
+  // groups do, hence the walk over current sets.
+  auto reaches_from = [&](std::vector<int> stack, int target) {
+    std::set<int> seen;
+    while (!stack.empty()) {
+      const int h = find(stack.back());
+      stack.pop_back();
+      if (h == target) return true;
+      if (!seen.insert(h).second) continue;
+      for (int next : group_deps[static_cast<std::size_t>(h)]) stack.push_back(next);
+    }
+    return false;
+  };
+  for (NodeId n : partition_nodes) {
+    std::vector<int>& d = deps[n];
+    std::vector<NodeId> local_producers;
+    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
+      if (in_partition.count(p) == 0) continue;
+      local_producers.push_back(p);
+      merge_into(d, deps[p]);
+      if (auto g = group_of.find(p); g != group_of.end()) {
+        const int pg = find(g->second);
+        merge_into(d, {pg});
+        merge_into(d, group_deps[static_cast<std::size_t>(pg)]);
+      }
+    }
+    const std::string problem = pointwise_candidate_problem(graph_, graph_.node(n));
+    if (!problem.empty()) {
+      refusals[n] = problem;
+      continue;
+    }
+    const TensorType& out = graph_.value(graph_.node(n).outputs[0]).tensor;
+    const std::string key = shape_key(out) + "@" + out.device.str();
+    // Candidate groups: those of producers, same shape and device.
+    std::set<int> candidates;
+    for (NodeId p : local_producers) {
+      auto g = group_of.find(p);
+      if (g != group_of.end() && group_key[static_cast<std::size_t>(find(g->second))] == key)
+        candidates.insert(find(g->second));
+    }
+    // Join (and merge) the candidates in id order while that stays acyclic:
+    // no producer outside the chosen set may wait for it, and no chosen
+    // group may wait for another (a path between them would leave and
+    // re-enter the merged group).
+    std::vector<int> chosen;
+    for (int candidate : candidates) {
+      std::vector<int> trial = chosen;
+      trial.push_back(candidate);
+      bool acyclic = true;
+      for (int a : trial) {
+        for (NodeId q : local_producers) {
+          auto gq = group_of.find(q);
+          const bool member = gq != group_of.end() && std::find(trial.begin(), trial.end(),
+                                                                find(gq->second)) != trial.end();
+          if (member) continue;
+          std::vector<int> start = deps[q];
+          if (gq != group_of.end()) start.push_back(gq->second);
+          if (reaches_from(start, a)) acyclic = false;
+        }
+        for (int b : trial) {
+          if (a != b && reaches_from(group_deps[static_cast<std::size_t>(b)], a)) acyclic = false;
+        }
+      }
+      if (acyclic) chosen = trial;
+    }
+    int target = -1;
+    if (chosen.empty()) {
+      target = static_cast<int>(groups.size());
+      groups.emplace_back();
+      group_deps.emplace_back();
+      group_key.push_back(key);
+      alias.push_back(target);
+    } else {
+      target = chosen[0];
+      for (std::size_t k = 1; k < chosen.size(); ++k) {
+        const auto from = static_cast<std::size_t>(chosen[k]);
+        auto& into = groups[static_cast<std::size_t>(target)];
+        into.insert(into.end(), groups[from].begin(), groups[from].end());
+        groups[from].clear();
+        merge_into(group_deps[static_cast<std::size_t>(target)], group_deps[from]);
+        alias[from] = target;
+      }
+    }
+    groups[static_cast<std::size_t>(target)].push_back(n);
+    std::sort(groups[static_cast<std::size_t>(target)].begin(),
+              groups[static_cast<std::size_t>(target)].end());
+    group_of[n] = target;
+    std::vector<int> waits;
+    for (int g : d) {
+      if (find(g) != target) waits.push_back(find(g));
+    }
+    std::sort(waits.begin(), waits.end());
+    auto& own = group_deps[static_cast<std::size_t>(target)];
+    std::vector<int> cleaned;
+    for (int g : own) {
+      if (find(g) != target) cleaned.push_back(find(g));
+    }
+    std::sort(cleaned.begin(), cleaned.end());
+    cleaned.erase(std::unique(cleaned.begin(), cleaned.end()), cleaned.end());
+    own = cleaned;
+    merge_into(own, waits);
+  }
+  for (auto& [node, g] : group_of) g = find(g);
+
+  // Parametrise: a spec per group big enough to be worth a kernel.
+  struct Unit {
+    std::vector<NodeId> nodes;
+    std::shared_ptr<const PointwiseGroup> pointwise;
+    std::string why;
+  };
+  std::vector<Unit> units;
+  std::map<NodeId, int> unit_of;
+  for (const auto& nodes : groups) {
+    if (nodes.empty()) continue;  // merged into another
+    std::string why;
+    std::shared_ptr<const PointwiseGroup> built;
+    if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes) {
+      built = build_group(nodes, &why);
+    }
+    if (!built) {
+      for (NodeId n : nodes) {
+        refusals[n] = why.empty() ? "a lone elementwise op gains nothing from fusion" : why;
+      }
+      continue;
+    }
+    for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
+    units.push_back({nodes, built, std::move(why)});
+  }
+  for (NodeId n : partition_nodes) {
+    if (unit_of.count(n)) continue;
+    unit_of[n] = static_cast<int>(units.size());
+    units.push_back({{n}, nullptr, {}});
+  }
+
+  // Order: Kahn over the unit graph, smallest position first (a group sits
+  // at its last node), so the result is deterministic and close to FX order.
+  const std::size_t count = units.size();
+  std::vector<std::set<int>> successors(count);
+  std::vector<int> indegree(count, 0);
+  for (NodeId n : partition_nodes) {
+    const int to = unit_of[n];
+    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
+      auto from = unit_of.find(p);
+      if (from == unit_of.end() || from->second == to) continue;
+      if (successors[static_cast<std::size_t>(from->second)].insert(to).second) ++indegree[to];
+    }
+  }
+  using Entry = std::pair<NodeId, int>;  // (position, unit)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  auto position = [&](int u) { return units[static_cast<std::size_t>(u)].nodes.back(); };
+  for (std::size_t u = 0; u < count; ++u) {
+    if (indegree[u] == 0) ready.push({position(static_cast<int>(u)), static_cast<int>(u)});
+  }
+  std::vector<KernelGroup> out;
+  while (!ready.empty()) {
+    const int u = ready.top().second;
+    ready.pop();
+    Unit& unit = units[static_cast<std::size_t>(u)];
+    if (unit.pointwise) {
+      KernelGroup group;
+      group.kind = KernelKind::Pointwise;
+      group.nodes = unit.nodes;
+      group.pointwise = unit.pointwise;
+      group.spec = unit.pointwise->spec.to_string();
+      group.why = "fused " + std::to_string(unit.nodes.size()) +
+                  " elementwise ops into one generated kernel (" +
+                  std::to_string(unit.pointwise->inputs.size()) + " inputs, " +
+                  std::to_string(unit.pointwise->outputs.size()) + " outputs)";
+      out.push_back(std::move(group));
+    } else {
+      const NodeId n = unit.nodes[0];
+      if (out.empty() || out.back().kind != KernelKind::AtenSequence) {
+        KernelGroup group;
+        group.kind = KernelKind::AtenSequence;
+        out.push_back(std::move(group));
+      }
+      out.back().nodes.push_back(n);
+    }
+    for (int s : successors[static_cast<std::size_t>(u)]) {
+      if (--indegree[static_cast<std::size_t>(s)] == 0) ready.push({position(s), s});
+    }
+  }
+  std::size_t placed = 0;
+  for (const KernelGroup& group : out) placed += group.nodes.size();
+  MB_ASSERT(placed == partition_nodes.size(), "pointwise groups of a partition form a cycle");
+  // Explain why the ATen runs were not generated.
+  for (KernelGroup& group : out) {
+    if (group.kind != KernelKind::AtenSequence) continue;
+    std::string why;
+    for (NodeId n : group.nodes) {
+      auto r = refusals.find(n);
+      const std::string reason = r != refusals.end() ? r->second : "not planned";
+      if (why.size() < 400) why += (why.empty() ? "" : "; ") + graph_.node(n).name + ": " + reason;
+    }
+    group.why = "not generated: " + why;
+  }
+  return out;
+}
+
+}  // namespace mybackend

@@ -1,0 +1,50 @@
+// The pointwise engine's planner (CUDA engine I): which nodes of a
+// partition become one generated elementwise kernel ("decide"), and the
+// PointwiseSpec each such group compiles to ("parametrise").
+//
+// Note [Pointwise groups]
+// A node is a candidate when it is an ATen node of op class Pointwise whose
+// overload the lowering table knows (pointwise_lowering.h), its single output
+// and every tensor it reads are on one CUDA device with static rank <= 8 and
+// dtypes codegen handles, and its own SSA builds and validates. Candidates
+// join a group of one of their producers in the same partition when the
+// output shapes are equal (inputs may broadcast) and the group stays convex:
+// no path leaves the group and re-enters it (checked with, per node, the set
+// of groups it depends on). A group's outputs are the values its nodes
+// compute that something outside it reads (several outputs are fine).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+
+namespace mybackend {
+
+// Why `node` cannot be in a generated pointwise group; empty when it can.
+std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
+
+// The kernel groups of one partition, in execution order: generated
+// pointwise groups where possible, the other nodes as aten_sequence runs.
+// `planner_state` carries the graph-wide dependency sets between calls.
+class PointwisePlanner {
+ public:
+  PointwisePlanner(const Graph& graph, const FusionOptions& options);
+  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes);
+
+ private:
+  std::shared_ptr<const PointwiseGroup> build_group(const std::vector<NodeId>& nodes,
+                                                    std::string* why) const;
+
+  const Graph& graph_;
+  FusionOptions options_;
+  std::vector<std::vector<NodeId>> producers_;
+  std::vector<std::vector<NodeId>> users_;
+  std::vector<bool> graph_output_;  // per value
+};
+
+// Fast-variant index mode guess from the IR (Note [Two pointwise variants]).
+bool likely_contiguous(const TensorType& type);
+std::string shape_key(const TensorType& type);
+
+}  // namespace mybackend

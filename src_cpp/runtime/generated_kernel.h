@@ -1,0 +1,62 @@
+// Generated pointwise kernels at run time (CUDA engine I): compiled with
+// NVRTC when the graph is compiled, loaded into the GPU on first launch,
+// launched on the current PyTorch CUDA stream.
+//
+// Note [Compile now, load later]
+// compile_pointwise_groups() runs in the runtime stage: it emits both spec
+// variants of each group (Note [Two pointwise variants]) and compiles them
+// through the process-wide KernelCache on a CompilePool. NVRTC needs no GPU,
+// so this works on CPU machines (PTX for the lowest architecture NVRTC
+// supports). Nothing touches the driver until run() is first called: that
+// is where the image is loaded (per device) and the functions looked up.
+//
+// Note [Never an error to the user]
+// A group that fails to compile keeps running as ATen calls (the reason is
+// kept in problems()); a group whose load or launch fails, or whose actual
+// tensors break an assumption (device, dtype, broadcast), returns false
+// from run() and the executor runs its ATen calls for that call. A load or
+// launch failure also disables the group for later calls.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+#include "ir/graph.h"
+#include "runtime/aten_call.h"
+
+namespace mybackend {
+
+class GeneratedPointwise {
+ public:
+  virtual ~GeneratedPointwise() = default;
+  // Runs the group on `slots`; false when this call must use the ATen form.
+  virtual bool run(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
+  // Why the group last fell back (empty: it never did).
+  virtual std::string problem() const = 0;
+  // "pointwise: mb_pointwise_<hash> (sm_90 cubin)": for reports.
+  virtual std::string description() const = 0;
+};
+
+// Note [Generated kernels are opt-in for now]
+// Until the launch path has been validated on a GPU (tests/gpu/
+// test_fused_kernels.py), compiling and launching generated kernels needs
+// MYBACKEND_GENERATED_KERNELS=1 (read at each compile). Without it every
+// pointwise group is planned (and reported) but runs as ATen calls, with
+// that reason in Executor::generated_groups().
+bool generated_kernels_enabled();
+
+struct GeneratedCompileResult {
+  std::unique_ptr<GeneratedPointwise> kernel;  // null: the group runs as ATen calls
+  std::string problem;                         // why it is null
+};
+
+// One result per group, in order (Note [Compile now, load later]).
+std::vector<GeneratedCompileResult> compile_pointwise_groups(
+    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups);
+
+}  // namespace mybackend

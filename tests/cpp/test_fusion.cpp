@@ -1,0 +1,304 @@
+// Stage 7: the pointwise planner on hand-built IR graphs (no torch, no GPU).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+#include "fusion/pointwise_lowering.h"
+#include "fusion/pointwise_planner.h"
+#include "fusion/type_promotion.h"
+#include "ir/graph.h"
+
+namespace mybackend {
+namespace {
+
+TensorType tensor(DType dtype, std::vector<std::int64_t> sizes, const char* device = "cuda:0") {
+  TensorType t;
+  t.dtype = dtype;
+  t.device = Device::parse(device);
+  std::int64_t stride = 1;
+  t.strides.assign(sizes.size(), Dim(1));
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    t.strides[d] = Dim(stride);
+    stride *= sizes[d];
+  }
+  for (auto s : sizes) t.sizes.emplace_back(s);
+  return t;
+}
+
+GraphBuilder::OutputSpec out(const TensorType& t, const std::string& name = {}) {
+  return {ValueKind::Tensor, t, std::nullopt, name};
+}
+
+Argument v(ValueId id) { return Argument::of_value(id); }
+
+struct Planned {
+  Graph graph;
+  FusionPlan plan;
+  std::vector<const KernelGroup*> groups(KernelKind kind) const {
+    std::vector<const KernelGroup*> found;
+    for (const auto& p : plan.partitions) {
+      for (const auto& g : p.groups) {
+        if (g.kind == kind) found.push_back(&g);
+      }
+    }
+    return found;
+  }
+};
+
+Planned plan(GraphBuilder& builder) {
+  Planned result{builder.build(), {}};
+  std::vector<bool> supported(result.graph.nodes().size(), true);
+  std::vector<bool> view_only(result.graph.nodes().size(), false);
+  PartitionResult partitions = partition_graph(result.graph, supported, view_only, {});
+  result.plan = plan_fusion(result.graph, partitions);
+  // Every partition's groups cover it exactly once, in a valid order.
+  for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
+    std::set<NodeId> seen;
+    std::set<ValueId> ready;
+    for (ValueId in : result.graph.inputs()) ready.insert(in);
+    for (const auto& node : result.graph.nodes()) {
+      if (partitions.partition_of[static_cast<std::size_t>(node.id)] != static_cast<int>(p)) {
+        for (ValueId o : node.outputs) ready.insert(o);  // other steps: treat as available
+      }
+    }
+    for (const auto& g : result.plan.partitions[p].groups) {
+      std::set<ValueId> produced;
+      for (NodeId n : g.nodes) {
+        EXPECT_TRUE(seen.insert(n).second) << "node " << n << " planned twice";
+        for (ValueId in : result.graph.node(n).input_values()) {
+          EXPECT_TRUE(ready.count(in) || produced.count(in))
+              << "node " << n << " reads value " << in << " before it is computed";
+        }
+        for (ValueId o : result.graph.node(n).outputs) produced.insert(o);
+      }
+      ready.insert(produced.begin(), produced.end());
+    }
+    EXPECT_EQ(seen.size(), partitions.partitions[p].size());
+  }
+  return result;
+}
+
+TEST(FusionPlan, ChainOfElementwiseOpsIsOneKernel) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId e = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(t)}, "exp")[0];
+  ValueId m = b.add_node(NodeKind::Aten, "aten::mul.Tensor", {v(e), Argument::of_float(2.0)},
+                         {out(t)}, "mul")[0];
+  ValueId r = b.add_node(NodeKind::Aten, "aten::relu.default", {v(m)}, {out(t)}, "relu")[0];
+  b.set_outputs({v(r)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u);
+  EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1, 2}));
+  EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty());
+  const std::string& spec = pointwise[0]->spec;
+  EXPECT_NE(spec.find("exp %0 : f32"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("mul %1, %2 : f32"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("relu %3 : f32"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("in0 f32 aligned"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("out0 f32 aligned = %4"), std::string::npos) << spec;
+  EXPECT_EQ(pointwise[0]->pointwise->outputs, (std::vector<ValueId>{r}));
+  // The general variant strides everything and indexes in 64 bits.
+  const std::string general = pointwise[0]->pointwise->general.to_string();
+  EXPECT_NE(general.find("index=i64"), std::string::npos) << general;
+  EXPECT_NE(general.find("in0 f32 strided rank=2"), std::string::npos) << general;
+  EXPECT_NE(p.plan.to_string().find("pointwise nodes=[0,1,2]"), std::string::npos)
+      << p.plan.to_string();
+}
+
+TEST(FusionPlan, ValuesUsedOutsideBecomeOutputs) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {16});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId e = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(t)}, "exp")[0];
+  ValueId s = b.add_node(NodeKind::Aten, "aten::sigmoid.default", {v(e)}, {out(t)}, "sig")[0];
+  ValueId n = b.add_node(NodeKind::Aten, "aten::neg.default", {v(s)}, {out(t)}, "neg")[0];
+  b.set_outputs({v(e), v(n)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u);
+  EXPECT_EQ(pointwise[0]->pointwise->outputs, (std::vector<ValueId>{e, n}));
+  EXPECT_EQ(pointwise[0]->pointwise->spec.outputs.size(), 2u);
+}
+
+TEST(FusionPlan, GroupsStayConvex) {
+  // a = exp(x); s = amax(a, [1], keepdim); c = a - s; d = exp(c)
+  // c cannot join a's group: the path a -> s -> c leaves it and comes back.
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  const TensorType row = tensor(DType::Float32, {4, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId a = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(t)}, "a")[0];
+  ValueId a2 = b.add_node(NodeKind::Aten, "aten::mul.Tensor", {v(a), v(a)}, {out(t)}, "a2")[0];
+  ValueId s = b.add_node(NodeKind::Aten, "aten::amax.default",
+                         {v(a2), Argument::of_list({Argument::of_int(1)}), Argument::of_bool(true)},
+                         {out(row)}, "s")[0];
+  ValueId c = b.add_node(NodeKind::Aten, "aten::sub.Tensor", {v(a2), v(s)}, {out(t)}, "c")[0];
+  ValueId d = b.add_node(NodeKind::Aten, "aten::exp.default", {v(c)}, {out(t)}, "d")[0];
+  b.set_outputs({v(d)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
+  EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1}));
+  EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{3, 4}));
+  // c reads the broadcast row max through strides.
+  EXPECT_NE(pointwise[1]->spec.find("strided rank=2"), std::string::npos) << pointwise[1]->spec;
+  auto aten = p.groups(KernelKind::AtenSequence);
+  ASSERT_EQ(aten.size(), 1u);
+  EXPECT_EQ(aten[0]->nodes, (std::vector<NodeId>{2}));
+  EXPECT_NE(aten[0]->why.find("not a pointwise op"), std::string::npos) << aten[0]->why;
+}
+
+TEST(FusionPlan, InterleavedGroupsRunWhenTheirLastNodeCould) {
+  // a[4,8] = exp(x); b[8] = exp(y); c = a * b (joins a); d[8] = neg(b)
+  // (joins b); e = c + d (joins a): b's group runs first.
+  GraphBuilder b;
+  const TensorType big = tensor(DType::Float32, {4, 8});
+  const TensorType small = tensor(DType::Float32, {8});
+  ValueId x = b.add_input(out(big, "x"));
+  ValueId y = b.add_input(out(small, "y"));
+  ValueId a = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(big)}, "a")[0];
+  ValueId bb = b.add_node(NodeKind::Aten, "aten::exp.default", {v(y)}, {out(small)}, "b")[0];
+  ValueId c = b.add_node(NodeKind::Aten, "aten::mul.Tensor", {v(a), v(bb)}, {out(big)}, "c")[0];
+  ValueId d = b.add_node(NodeKind::Aten, "aten::neg.default", {v(bb)}, {out(small)}, "d")[0];
+  ValueId e = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(c), v(d)}, {out(big)}, "e")[0];
+  b.set_outputs({v(e)});
+  Planned p = plan(b);  // plan() checks the order is valid
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
+  EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{1, 3}));
+  EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{0, 2, 4}));
+}
+
+TEST(FusionPlan, BroadcastInputsAreStrided) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  const TensorType bias = tensor(DType::Float32, {8});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId y = b.add_input(out(bias, "bias"));
+  ValueId s = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(x), v(y)}, {out(t)}, "add")[0];
+  ValueId g = b.add_node(NodeKind::Aten, "aten::gelu.default", {v(s), Argument::of_string("tanh")},
+                         {out(t)}, "gelu")[0];
+  b.set_outputs({v(g)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u);
+  const std::string& spec = pointwise[0]->spec;
+  EXPECT_NE(spec.find("in0 f32 aligned"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("in1 f32 strided rank=2"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("gelu_tanh"), std::string::npos) << spec;
+}
+
+TEST(FusionPlan, TypePromotionIsExplicit) {
+  // f16 * f32 -> f32; exp of the f16 input stays in fp32 until stored as f16.
+  GraphBuilder b;
+  const TensorType h = tensor(DType::Float16, {32});
+  const TensorType f = tensor(DType::Float32, {32});
+  ValueId x = b.add_input(out(h, "x"));
+  ValueId y = b.add_input(out(f, "y"));
+  ValueId m = b.add_node(NodeKind::Aten, "aten::mul.Tensor", {v(x), v(y)}, {out(f)}, "mul")[0];
+  ValueId e = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(h)}, "exp")[0];
+  ValueId a = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(e), v(m)}, {out(f)}, "add")[0];
+  ValueId c = b.add_node(NodeKind::Aten, "aten::_to_copy.default",
+                         {v(e), Argument::of_dtype(DType::BFloat16)},
+                         {out(tensor(DType::BFloat16, {32}))}, "to_bf16")[0];
+  b.set_outputs({v(a), v(e), v(c)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
+  const std::string& spec = pointwise[0]->spec;
+  EXPECT_NE(spec.find("load in0 : f16"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("cast %0 : f32"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("exp %1 : f32"), std::string::npos) << spec;  // opmath
+  EXPECT_NE(spec.find(": f16\n"), std::string::npos) << spec;       // rounded once, for the store
+  EXPECT_NE(spec.find("out0 f16 aligned = %6"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("out2 bf16"), std::string::npos) << spec;
+}
+
+TEST(FusionPlan, ComparisonsPromoteWithScalars) {
+  GraphBuilder b;
+  const TensorType i = tensor(DType::Int32, {10});
+  const TensorType flag = tensor(DType::Bool, {10});
+  ValueId x = b.add_input(out(i, "x"));
+  ValueId g = b.add_node(NodeKind::Aten, "aten::gt.Scalar", {v(x), Argument::of_float(0.5)},
+                         {out(flag)}, "gt")[0];
+  ValueId w = b.add_node(NodeKind::Aten, "aten::where.self", {v(g), v(x), Argument::of_int(0)},
+                         {out(i)}, "where")[0];
+  b.set_outputs({v(w)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
+  const std::string& spec = pointwise[0]->spec;
+  EXPECT_NE(spec.find("gt %1, %2 : b8"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("cast %0 : f32"), std::string::npos) << spec;  // int vs float scalar
+  EXPECT_NE(spec.find("where"), std::string::npos) << spec;
+}
+
+TEST(FusionPlan, CpuPartitionsStayAtenSequences) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4}, "cpu");
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId e = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(t)}, "exp")[0];
+  ValueId n = b.add_node(NodeKind::Aten, "aten::neg.default", {v(e)}, {out(t)}, "neg")[0];
+  b.set_outputs({v(n)});
+  Planned p = plan(b);
+  ASSERT_EQ(p.plan.partitions.size(), 1u);
+  ASSERT_EQ(p.plan.partitions[0].groups.size(), 1u);
+  EXPECT_EQ(p.plan.partitions[0].groups[0].kind, KernelKind::AtenSequence);
+  EXPECT_EQ(p.plan.partitions[0].groups[0].nodes, (std::vector<NodeId>{0, 1}));
+}
+
+TEST(FusionPlan, DifferentShapesMakeSeparateGroups) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  const TensorType s = tensor(DType::Float32, {8});
+  ValueId x = b.add_input(out(s, "x"));
+  ValueId y = b.add_input(out(t, "y"));
+  ValueId e = b.add_node(NodeKind::Aten, "aten::exp.default", {v(x)}, {out(s)}, "exp")[0];
+  ValueId n = b.add_node(NodeKind::Aten, "aten::neg.default", {v(e)}, {out(s)}, "neg")[0];
+  ValueId a = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(y), v(n)}, {out(t)}, "add")[0];
+  ValueId r = b.add_node(NodeKind::Aten, "aten::relu.default", {v(a)}, {out(t)}, "relu")[0];
+  b.set_outputs({v(r)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
+  EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1}));
+  EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{2, 3}));
+}
+
+TEST(TypePromotion, MatchesTorch) {
+  EXPECT_EQ(promote_types(DType::Float16, DType::BFloat16), DType::Float32);
+  EXPECT_EQ(promote_types(DType::UInt8, DType::Int8), DType::Int16);
+  EXPECT_EQ(promote_types(DType::Int32, DType::Float16), DType::Float16);
+  EXPECT_EQ(promote_types(DType::Bool, DType::Int8), DType::Int8);
+  using K = PromotionOperand::Kind;
+  // int tensor and a float scalar: default float.
+  EXPECT_EQ(result_type({{K::DimTensor, DType::Int32}, {K::Scalar, DType::Float64}}),
+            DType::Float32);
+  // f16 tensor and a float scalar: f16.
+  EXPECT_EQ(result_type({{K::DimTensor, DType::Float16}, {K::Scalar, DType::Float64}}),
+            DType::Float16);
+  // f16 tensor and an f32 zero-dim tensor: f16 (same category).
+  EXPECT_EQ(result_type({{K::DimTensor, DType::Float16}, {K::ZeroDimTensor, DType::Float32}}),
+            DType::Float16);
+  // int tensor and a zero-dim float tensor: the zero-dim's dtype.
+  EXPECT_EQ(result_type({{K::DimTensor, DType::Int64}, {K::ZeroDimTensor, DType::Float64}}),
+            DType::Float64);
+}
+
+TEST(PointwiseLowering, TableCoversTheCoreOps) {
+  for (const char* op :
+       {"aten::add.Tensor", "aten::mul.Tensor", "aten::div.Tensor", "aten::sub.Tensor",
+        "aten::neg.default", "aten::exp.default", "aten::relu.default", "aten::gelu.default",
+        "aten::sigmoid.default", "aten::tanh.default", "aten::where.self", "aten::lt.Scalar",
+        "aten::_to_copy.default", "prims::convert_element_type.default", "aten::clone.default"}) {
+    EXPECT_TRUE(has_pointwise_lowering(op)) << op;
+  }
+}
+
+}  // namespace
+}  // namespace mybackend
