@@ -20,11 +20,12 @@ def _stats(records):  # type: ignore[no-untyped-def]
 
 
 def test_replay_follows_changing_input_values_and_addresses() -> None:
-    fn = torch.compile(lambda x, y: torch.relu(x * 2 + y), backend="mybackend",
-                       mode="reduce-overhead")
+    fn = torch.compile(
+        lambda x, y: torch.relu(x * 2 + y), backend="mybackend", mode="reduce-overhead"
+    )
     y = torch.randn(64, device="cuda")
     records = []
-    for step in range(5):
+    for _ in range(5):
         x = torch.randn(64, device="cuda")  # a new address every call
         out, new = compiled_records(lambda x=x: fn(x, y))
         records += new
@@ -52,9 +53,13 @@ def test_host_synchronising_graph_runs_uncaptured_and_says_why() -> None:
     try:
         compiled = torch.compile(fn, backend="mybackend", mode="reduce-overhead")
         x = torch.randn(16, device="cuda")
+        records = []
         for _ in range(3):
-            out, records = compiled_records(lambda: compiled(x))
+            out, new = compiled_records(lambda: compiled(x))
+            records += new
             torch.testing.assert_close(out, fn(x))
+        statuses = [r.core_report["cuda_graphs"] for r in records if r.core_report]
+        assert any("synchronises with the host" in s for s in statuses), statuses
     finally:
         torch._dynamo.config.capture_scalar_outputs = False
 
