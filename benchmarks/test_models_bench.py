@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.backends import Backend, resolve
+from benchmarks.backends import DEFAULT_CPU, DEFAULT_GPU, Backend, resolve
 from benchmarks.common import (
     check_accuracy,
     dynamo_counts,
@@ -29,15 +29,8 @@ from benchmarks.models import MODELS
 from benchmarks.scenarios import Task, Workload, workloads
 
 ON_GPU = torch.cuda.is_available()
-CPU_BACKENDS = ("eager", "aot-eager", "mybackend")
-GPU_BACKENDS = (
-    "eager",
-    "inductor",
-    "inductor-reduce-overhead",
-    "cudagraphs",
-    "mybackend",
-    "mybackend-reduce-overhead",
-)
+CPU_BACKENDS = DEFAULT_CPU
+GPU_BACKENDS = DEFAULT_GPU
 
 
 def _option(config: pytest.Config, name: str) -> list[str] | None:

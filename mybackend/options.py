@@ -53,6 +53,13 @@ class Options:
         "Capture each CUDA graph of static shape once and replay it (mode "
         "'reduce-overhead' turns it on). Graphs on the CPU are never captured.",
     )
+    generated_kernels: bool = _field(
+        False,
+        "Fuse elementwise ops of CUDA partitions into NVRTC-generated kernels (CUDA engine I, "
+        "experimental: off until validated on a GPU; the kernels also need "
+        "MYBACKEND_GENERATED_KERNELS=1 to launch).",
+        True,
+    )
     max_cuda_graphs: int = _field(
         8, "Most input signatures one compiled graph captures; later ones run uncaptured."
     )
@@ -111,6 +118,7 @@ class Options:
         return {
             "cuda_graphs": self.cuda_graphs,
             "max_cuda_graphs": self.max_cuda_graphs,
+            "generated_kernels": self.generated_kernels,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
             "disabled_op_classes": list(self.disabled_op_classes),

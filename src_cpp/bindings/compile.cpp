@@ -28,7 +28,8 @@ CompileOptions compile_options_from(const py::dict& options) {
                                       "allow_single_node_partition",
                                       "cuda_graphs",
                                       "static_inputs",
-                                      "max_cuda_graphs"};
+                                      "max_cuda_graphs",
+                                      "generated_kernels"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -47,6 +48,9 @@ CompileOptions compile_options_from(const py::dict& options) {
   if (options.contains("cuda_graphs")) out.cuda_graphs.enabled = options["cuda_graphs"].cast<bool>();
   if (options.contains("static_inputs")) {
     out.cuda_graphs.static_inputs = options["static_inputs"].cast<std::vector<int>>();
+  }
+  if (options.contains("generated_kernels")) {
+    out.fusion.pointwise = options["generated_kernels"].cast<bool>();
   }
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();

@@ -63,8 +63,8 @@ struct FusionPlan {
 };
 
 struct FusionOptions {
-  // Generated pointwise kernels on CUDA partitions.
-  bool pointwise = true;
+  // Generated pointwise kernels on CUDA partitions (option generated_kernels).
+  bool pointwise = false;
   // Groups smaller than this stay ATen calls (a lone op gains nothing).
   int min_pointwise_nodes = 2;
 };

@@ -21,7 +21,8 @@ void run_partition(CompileState& state) {
 }
 
 void run_fusion(CompileState& state) {
-  state.report.fusion = plan_fusion(*state.graph, state.report.partitions);
+  state.report.fusion =
+      plan_fusion(*state.graph, state.report.partitions, state.options.fusion);
 }
 
 void run_runtime(CompileState& state) {

@@ -22,6 +22,7 @@ struct CompileOptions {
   CapabilityOptions capability;
   PartitionerOptions partitioner;
   CudaGraphPolicy cuda_graphs;
+  FusionOptions fusion;
 };
 
 // Everything a compile decides, kept for reports.

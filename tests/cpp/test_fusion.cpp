@@ -53,7 +53,9 @@ Planned plan(GraphBuilder& builder) {
   std::vector<bool> supported(result.graph.nodes().size(), true);
   std::vector<bool> view_only(result.graph.nodes().size(), false);
   PartitionResult partitions = partition_graph(result.graph, supported, view_only, {});
-  result.plan = plan_fusion(result.graph, partitions);
+  FusionOptions options;
+  options.pointwise = true;
+  result.plan = plan_fusion(result.graph, partitions, options);
   // Every partition's groups cover it exactly once, in a valid order.
   for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
     std::set<NodeId> seen;

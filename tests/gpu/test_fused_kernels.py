@@ -54,7 +54,7 @@ def _generated_kernels_launched(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 def _compile(fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
     lowered = lower(make_fx(fn, tracing_mode="fake")(*inputs), [])
-    return _C.compile(lowered.graph, {}, lowered.run_python_node)
+    return _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
 
 
 def _check(fn: Callable[..., Any], *inputs: torch.Tensor, tol: dict[str, float]) -> Any:
@@ -132,7 +132,9 @@ def test_model_runs_generated_kernels() -> None:
             return F.gelu(h) * torch.sigmoid(h) + x
 
     model = Block().cuda().eval()
-    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    compiled = torch.compile(
+        model, backend="mybackend", options={"strict": True, "generated_kernels": True}
+    )
     x = torch.randn(8, 32, device="cuda")
     with torch.no_grad():
         expected = model(x)
