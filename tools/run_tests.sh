@@ -11,5 +11,6 @@ build_dir=$(dirname "$(ls -d build/*/CTestTestfile.cmake | head -n 1)")
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
 
 "$PY" tools/gen_docs.py --check
+"$PY" -m benchmarks --quick --isolate --strict --no-progress --out bench_out
+# Last, so the test runner's summary closes the output.
 "$PY" -m pytest tests -q -p no:cacheprovider "$@"
-"$PY" -m benchmarks --quick --isolate --strict --out bench_out
