@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from mybackend import _C
 from mybackend.backend import mybackend_backend
 from mybackend.debug.dumps import format_kernels, kernel_source
 from mybackend.debug.partition_map import PartitionMap, partition_map
@@ -30,6 +31,9 @@ class ExplainReport:
     """Per compiled graph: nodes, partitions, fallbacks with reasons, kernels, times."""
 
     graphs: list[GraphRecord]
+    # Generated-kernel cache activity during the explained call: memory_hits,
+    # disk_hits, compiles, ... (all zero when no kernel was generated).
+    kernel_cache: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def graph_breaks(self) -> int:
@@ -60,7 +64,11 @@ class ExplainReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-serialisable) for scripts."""
-        return {"graph_breaks": self.graph_breaks, "graphs": [graph_dict(g) for g in self.graphs]}
+        return {
+            "graph_breaks": self.graph_breaks,
+            "kernel_cache": dict(self.kernel_cache),
+            "graphs": [graph_dict(g) for g in self.graphs],
+        }
 
     def format(self, sources: bool = False) -> str:
         """Plain text; ``sources=True`` adds each generated kernel's source."""
@@ -71,6 +79,12 @@ class ExplainReport:
             f"break(s), {nodes} nodes, {partitions} partition(s), "
             f"{len(self.fallback_nodes())} node(s) outside partitions"
         )
+        if self.kernel_cache:
+            cache = self.kernel_cache
+            header += (
+                f"\nkernel cache: {cache.get('memory_hits', 0)} memory hit(s), "
+                f"{cache.get('disk_hits', 0)} disk hit(s), {cache.get('compiles', 0)} compile(s)"
+            )
         sections = [format_graph_record(g, sources) for g in self.graphs]
         return "\n\n".join([header, *sections])
 
@@ -104,9 +118,12 @@ def explain(
     """Compiles ``model`` with mybackend, runs it once on ``inputs``, and reports."""
     backend = functools.partial(mybackend_backend, mode=mode, options=options)
     compiled = torch.compile(model, backend=backend)
+    before = _C.kernel_cache_stats()
     with collecting() as records:
         compiled(*inputs, **kwargs)
-    return ExplainReport(list(records))
+    after = _C.kernel_cache_stats()
+    cache = {key: after[key] - before.get(key, 0) for key in after}
+    return ExplainReport(list(records), kernel_cache=cache)
 
 
 def fallbacks_of(record: GraphRecord) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 #include "bindings/bindings.h"
 #include "common/error.h"
 #include "pipeline/pipeline.h"
+#include "runtime/generated_kernel.h"
 
 namespace mybackend::bindings {
 
@@ -173,6 +174,13 @@ void bind_compile(py::module_& m) {
       .def("stats", &stats_to_dict)
       .def_property_readonly("graph", [](const CompiledGraph& c) { return c.graph().to_text(true); });
 
+  m.def("kernel_cache_stats",
+        [] {
+          py::dict out;
+          for (const auto& [name, count] : kernel_cache_counters()) out[name.c_str()] = count;
+          return out;
+        },
+        "Counters of the process's generated-kernel cache: memory and disk hits, compiles.");
   m.def("compile",
         [](std::shared_ptr<Graph> graph, const py::dict& options, py::object python_fallback) {
           CompileOptions compile_options = compile_options_from(options);

@@ -74,6 +74,19 @@ KernelCache& kernel_cache() {
   return cache;
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters() {
+  const KernelCacheStats stats = kernel_cache().stats();
+  return {{"memory_hits", stats.memory_hits},
+          {"disk_hits", stats.disk_hits},
+          {"compiles", stats.compiles},
+          {"disk_rejects", stats.disk_rejects},
+          {"disk_write_failures", stats.disk_write_failures}};
+}
+
+namespace {
+
 // CUBIN for the GPU the graph runs on when there is one; else PTX for the
 // oldest architecture NVRTC supports (loads anywhere newer).
 GpuTarget target_for(int device_index) {
@@ -446,6 +459,11 @@ std::vector<GeneratedCompileResult> compile_pointwise_groups(
 namespace mybackend {
 
 bool generated_kernels_enabled() { return false; }
+
+std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters() {
+  return {{"memory_hits", 0}, {"disk_hits", 0}, {"compiles", 0}, {"disk_rejects", 0},
+          {"disk_write_failures", 0}};
+}
 
 std::vector<GeneratedCompileResult> compile_pointwise_groups(
     const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups) {

@@ -20,9 +20,11 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusion/fusion_plan.h"
@@ -49,6 +51,10 @@ class GeneratedPointwise {
 // pointwise group is planned (and reported) but runs as ATen calls, with
 // that reason in Executor::generated_groups().
 bool generated_kernels_enabled();
+
+// The counters of this process's kernel cache (memory_hits, disk_hits,
+// compiles, disk_rejects, disk_write_failures); all zero without CUDA.
+std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters();
 
 struct GeneratedCompileResult {
   std::unique_ptr<GeneratedPointwise> kernel;  // null: the group runs as ATen calls

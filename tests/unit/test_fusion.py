@@ -106,3 +106,23 @@ def test_multiple_outputs() -> None:
     kernels = _kernels(fn, ((9,), F32))
     assert [k["kind"] for k in kernels] == ["pointwise"]
     assert "2 outputs" in kernels[0]["why"]
+
+
+def test_kernel_cache_counts_hits_and_explain_reports_them() -> None:
+    from mybackend.explain import ExplainReport
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * 3 - 1).exp()
+
+    before = _C.kernel_cache_stats()
+    _kernels(chain, ((16, 8), F32))  # compiles (or finds) the kernel
+    middle = _C.kernel_cache_stats()
+    _kernels(chain, ((16, 8), F32))  # the same source again: a memory hit
+    after = _C.kernel_cache_stats()
+    assert sum(middle[k] - before[k] for k in ("memory_hits", "disk_hits", "compiles")) >= 1
+    assert after["memory_hits"] > middle["memory_hits"]
+    assert after["compiles"] == middle["compiles"]
+    delta = {k: after[k] - middle[k] for k in after}
+    text = str(ExplainReport([], kernel_cache=delta))
+    assert f"kernel cache: {delta['memory_hits']} memory hit(s)" in text
+    assert ExplainReport([], kernel_cache=delta).to_dict()["kernel_cache"] == delta
