@@ -21,7 +21,7 @@ from typing import Any
 from mybackend.options import Options
 from mybackend.reports import GraphRecord
 
-SOURCE_KEYS = ("spec", "source", "code")
+SOURCE_KEYS = ("source", "spec", "code")  # the CUDA C++ first, else the spec text
 
 
 def kernel_source(kernel: dict[str, Any]) -> str | None:

@@ -4,6 +4,9 @@
 #include "common/error.h"
 #include "pipeline/pipeline.h"
 #include "runtime/generated_kernel.h"
+#ifdef MYBACKEND_WITH_CUDA
+#include "codegen/emit.h"
+#endif
 
 namespace mybackend::bindings {
 
@@ -104,6 +107,22 @@ py::list node_reports(const Graph& graph, const CompileReport& report) {
   return nodes;
 }
 
+// The CUDA C++ of a generated group (what NVRTC compiles), for explain();
+// empty for groups that run as ATen calls.
+std::string generated_source(const KernelGroup& group) {
+#ifdef MYBACKEND_WITH_CUDA
+  if (group.kind != KernelKind::Pointwise || !group.pointwise) return {};
+  try {
+    return emit_pointwise(group.pointwise->spec).source;
+  } catch (const std::exception& e) {
+    return std::string("(source unavailable: ") + e.what() + ")";
+  }
+#else
+  (void)group;
+  return {};
+#endif
+}
+
 py::dict report_to_dict(const CompiledGraph& compiled) {
   const CompileReport& report = compiled.report();
   py::list stage_times, kernels;
@@ -118,6 +137,7 @@ py::dict report_to_dict(const CompiledGraph& compiled) {
       kernel["nodes"] = group.nodes;
       kernel["why"] = group.why;
       kernel["spec"] = group.spec;
+      kernel["source"] = generated_source(group);
       for (const GeneratedGroupStatus& status : generated) {
         if (status.partition != plan.partition || status.group != static_cast<int>(g)) continue;
         kernel["compiled"] = status.compiled;

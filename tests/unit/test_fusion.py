@@ -126,3 +126,11 @@ def test_kernel_cache_counts_hits_and_explain_reports_them() -> None:
     text = str(ExplainReport([], kernel_cache=delta))
     assert f"kernel cache: {delta['memory_hits']} memory hit(s)" in text
     assert ExplainReport([], kernel_cache=delta).to_dict()["kernel_cache"] == delta
+
+
+def test_report_carries_the_generated_cuda_source() -> None:
+    kernels = _kernels(lambda x: torch.sigmoid(x * 2 + 1), ((4, 8), F32))
+    pointwise = [k for k in kernels if k["kind"] == "pointwise"]
+    assert pointwise, kernels
+    assert "__global__" in pointwise[0]["source"]
+    assert all(k["source"] == "" for k in kernels if k["kind"] != "pointwise")
