@@ -3,8 +3,6 @@
 
 namespace mybackend::bindings {
 
-CapabilityOptions capability_options_from(const py::dict& options);
-
 void bind_capability(py::module_& m) {
   m.def("supported_ops",
         [] {

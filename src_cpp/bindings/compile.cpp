@@ -10,8 +10,6 @@
 
 namespace mybackend::bindings {
 
-py::dict partition_result_to_dict(const PartitionResult& result);
-
 CapabilityOptions capability_options_from(const py::dict& options) {
   CapabilityOptions capability;
   if (options.contains("disabled_ops")) {
