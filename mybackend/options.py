@@ -60,6 +60,13 @@ class Options:
         "MYBACKEND_GENERATED_KERNELS=1 to launch).",
         True,
     )
+    cublaslt: bool = _field(
+        True,
+        "Run matrix products (mm, addmm, bmm, baddbmm) of CUDA partitions as cuBLASLt calls "
+        "with fused epilogues (bias, ReLU, tanh-GELU, bias gradient; CUDA engine II). Off: "
+        "they run as ATen calls.",
+        True,
+    )
     max_cuda_graphs: int = _field(
         8, "Most input signatures one compiled graph captures; later ones run uncaptured."
     )
@@ -119,6 +126,7 @@ class Options:
             "cuda_graphs": self.cuda_graphs,
             "max_cuda_graphs": self.max_cuda_graphs,
             "generated_kernels": self.generated_kernels,
+            "cublaslt": self.cublaslt,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
             "disabled_op_classes": list(self.disabled_op_classes),

@@ -43,6 +43,11 @@ def format_kernels(report: dict[str, Any]) -> str:
         lines.append(f"  nodes: {members}")
         if kernel.get("why"):
             lines.append(f"  why: {kernel['why']}")
+        if kernel["kind"] == "matmul":  # a library call: its spec says what runs
+            lines.append("  spec:")
+            lines.extend("    " + line for line in kernel.get("spec", "").splitlines())
+            if kernel.get("problem"):
+                lines.append(f"  last fell back to ATen: {kernel['problem']}")
         source = kernel_source(kernel)
         if source:
             lines.append("  source:")

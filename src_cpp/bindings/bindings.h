@@ -15,6 +15,7 @@ void bind_ir(py::module_& m);
 void bind_capability(py::module_& m);
 void bind_partition(py::module_& m);
 void bind_compile(py::module_& m);
+void bind_matmul(py::module_& m);
 
 // Shared by the topic files: compile options and reports use them too.
 CapabilityOptions capability_options_from(const py::dict& options);  // compile.cpp

@@ -28,4 +28,5 @@ PYBIND11_MODULE(_C, m) {
   bind_capability(m);
   bind_partition(m);
   bind_compile(m);
+  bind_matmul(m);
 }

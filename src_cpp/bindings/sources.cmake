@@ -1,2 +1,2 @@
 list(APPEND BINDING_SOURCES bindings/module.cpp bindings/ivalue.cpp bindings/ir.cpp
-  bindings/capability.cpp bindings/partition.cpp bindings/compile.cpp)
+  bindings/capability.cpp bindings/partition.cpp bindings/compile.cpp bindings/matmul.cpp)

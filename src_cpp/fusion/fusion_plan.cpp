@@ -1,7 +1,9 @@
 #include "fusion/fusion_plan.h"
 
+#include <map>
 #include <sstream>
 
+#include "fusion/matmul_planner.h"
 #include "fusion/pointwise_planner.h"
 
 namespace mybackend {
@@ -10,6 +12,7 @@ std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::AtenSequence: return "aten_sequence";
     case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Matmul: return "matmul";
   }
   return "unknown";
 }
@@ -50,19 +53,31 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
   FusionPlan plan;
   plan.partitions.reserve(partitions.partitions.size());
   std::unique_ptr<PointwisePlanner> pointwise;
+  std::unique_ptr<MatmulPlanner> matmul;
   for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
     PartitionPlan partition_plan;
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
-    if (options.pointwise && any_cuda_node(graph, nodes)) {
+    const bool cuda = any_cuda_node(graph, nodes);
+    // Matrix products first: their epilogue ops are not offered to the
+    // pointwise planner, which places the matmul groups as fixed units.
+    std::vector<KernelGroup> matmul_groups;
+    std::map<NodeId, std::string> refusals;
+    if (options.matmul && cuda) {
+      if (!matmul) matmul = std::make_unique<MatmulPlanner>(graph);
+      matmul_groups = matmul->plan(nodes, refusals);
+    }
+    if (cuda && (options.pointwise || !matmul_groups.empty())) {
       if (!pointwise) pointwise = std::make_unique<PointwisePlanner>(graph, options);
-      partition_plan.groups = pointwise->plan(nodes);
+      partition_plan.groups = pointwise->plan(nodes, std::move(matmul_groups), refusals);
     } else {
       // CPU partitions: one ATen sequence, exactly as before the CUDA engines.
       KernelGroup group;
       group.kind = KernelKind::AtenSequence;
       group.nodes.assign(nodes.begin(), nodes.end());
       group.why = "no generated-kernel engine claims these nodes on this target";
+      for (const auto& [node, reason] : refusals)
+        group.why += "; " + graph.node(node).name + ": " + reason;
       partition_plan.groups.push_back(std::move(group));
     }
     plan.partitions.push_back(std::move(partition_plan));

@@ -5,7 +5,9 @@
 // one by one as ATen calls inside the partition. Which kinds exist depends on
 // the target: on CPU every group is an ATen sequence; on CUDA, maximal convex
 // groups of elementwise nodes become one generated pointwise kernel each
-// (pointwise_planner.h, docs/design/0004-fusion-planner.md).
+// (pointwise_planner.h, docs/design/0004-fusion-planner.md), and matrix
+// products with their transposed operands and epilogues become one cuBLASLt
+// call each (matmul_planner.h, docs/design/0005-matmul-engine.md).
 #pragma once
 
 #include <cstdint>
@@ -16,11 +18,12 @@
 
 #include "capability/registry.h"
 #include "codegen/kernel_spec.h"
+#include "fusion/matmul_spec.h"
 #include "partition/partitioner.h"
 
 namespace mybackend {
 
-enum class KernelKind : std::int8_t { AtenSequence, Pointwise };
+enum class KernelKind : std::int8_t { AtenSequence, Pointwise, Matmul };
 
 std::string_view kernel_kind_name(KernelKind kind);
 
@@ -45,8 +48,9 @@ struct KernelGroup {
   std::vector<NodeId> nodes;  // ascending: the order they run in (aten_sequence)
   std::string why;            // why this kind was chosen, for explain()
   std::shared_ptr<const PointwiseGroup> pointwise;  // kind == Pointwise
-  // The spec text (PointwiseSpec::to_string of the fast variant); empty for
-  // aten_sequence groups.
+  std::shared_ptr<const MatmulSpec> matmul;         // kind == Matmul
+  // The spec text (PointwiseSpec::to_string of the fast variant, or
+  // MatmulSpec::to_string); empty for aten_sequence groups.
   std::string spec;
 };
 
@@ -67,6 +71,9 @@ struct FusionOptions {
   bool pointwise = false;
   // Groups smaller than this stay ATen calls (a lone op gains nothing).
   int min_pointwise_nodes = 2;
+  // Matrix products of CUDA partitions as cuBLASLt calls with fused
+  // epilogues (option cublaslt).
+  bool matmul = true;
 };
 
 FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,

@@ -140,7 +140,49 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   return group;
 }
 
-std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes) {
+std::vector<std::vector<NodeId>> PointwisePlanner::unit_order(
+    const std::vector<NodeId>& partition_nodes, const std::vector<KernelGroup>& fixed) const {
+  std::map<NodeId, int> unit_of;
+  std::vector<std::vector<NodeId>> units;
+  for (const KernelGroup& group : fixed) {
+    for (NodeId n : group.nodes) unit_of[n] = static_cast<int>(units.size());
+    units.push_back(group.nodes);
+  }
+  for (NodeId n : partition_nodes) {
+    if (unit_of.emplace(n, static_cast<int>(units.size())).second) units.push_back({n});
+  }
+  std::vector<std::set<int>> successors(units.size());
+  std::vector<int> indegree(units.size(), 0);
+  for (NodeId n : partition_nodes) {
+    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
+      auto from = unit_of.find(p);
+      if (from == unit_of.end() || from->second == unit_of[n]) continue;
+      if (successors[static_cast<std::size_t>(from->second)].insert(unit_of[n]).second)
+        ++indegree[static_cast<std::size_t>(unit_of[n])];
+    }
+  }
+  using Entry = std::pair<NodeId, int>;  // (first node, unit): close to FX order
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (indegree[u] == 0) ready.push({units[u].front(), static_cast<int>(u)});
+  }
+  std::vector<std::vector<NodeId>> order;
+  while (!ready.empty()) {
+    const int u = ready.top().second;
+    ready.pop();
+    order.push_back(units[static_cast<std::size_t>(u)]);
+    for (int s : successors[static_cast<std::size_t>(u)]) {
+      if (--indegree[static_cast<std::size_t>(s)] == 0)
+        ready.push({units[static_cast<std::size_t>(s)].front(), s});
+    }
+  }
+  MB_ASSERT(order.size() == units.size(), "fixed groups of a partition form a cycle");
+  return order;
+}
+
+std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes,
+                                                std::vector<KernelGroup> fixed,
+                                                std::map<NodeId, std::string> refusals) {
   // Decide: grow groups in topological order (Note [Pointwise groups]).
   const std::set<NodeId> in_partition(partition_nodes.begin(), partition_nodes.end());
   std::map<NodeId, int> group_of;
@@ -148,7 +190,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   std::vector<std::vector<int>> group_deps;  // groups each group waits for, sorted
   std::vector<std::vector<NodeId>> groups;
   std::vector<std::string> group_key;
-  std::map<NodeId, std::string> refusals;
+  std::vector<int> fixed_index;  // per group: index into `fixed`, or -1
   // Merged groups alias the group they merged into.
   std::vector<int> alias;
   auto find = [&](int g) {
@@ -170,11 +212,12 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     }
     return false;
   };
-  for (NodeId n : partition_nodes) {
-    std::vector<int>& d = deps[n];
-    std::vector<NodeId> local_producers;
+  // What `n` waits for through its producers in the partition (those in
+  // `skip` aside), and those producers.
+  auto gather = [&](NodeId n, const std::set<NodeId>& skip, std::vector<int>& d,
+                    std::vector<NodeId>& local_producers) {
     for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
-      if (in_partition.count(p) == 0) continue;
+      if (in_partition.count(p) == 0 || skip.count(p)) continue;
       local_producers.push_back(p);
       merge_into(d, deps[p]);
       if (auto g = group_of.find(p); g != group_of.end()) {
@@ -183,9 +226,38 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
         merge_into(d, group_deps[static_cast<std::size_t>(pg)]);
       }
     }
+  };
+  std::map<NodeId, int> fixed_of;
+  for (std::size_t f = 0; f < fixed.size(); ++f) {
+    for (NodeId n : fixed[f].nodes) fixed_of[n] = static_cast<int>(f);
+  }
+  for (const std::vector<NodeId>& unit : unit_order(partition_nodes, fixed)) {
+    if (auto f = fixed_of.find(unit.front()); f != fixed_of.end()) {
+      // A fixed group: one unit that waits for what any member waits for.
+      const std::set<NodeId> members(unit.begin(), unit.end());
+      std::vector<int> d;
+      std::vector<NodeId> local_producers;
+      for (NodeId m : unit) gather(m, members, d, local_producers);
+      const int target = static_cast<int>(groups.size());
+      groups.push_back(unit);
+      group_deps.push_back(d);
+      group_key.push_back("fixed:" + std::to_string(f->second));  // never joined
+      alias.push_back(target);
+      fixed_index.push_back(f->second);
+      for (NodeId m : unit) {
+        deps[m] = d;
+        group_of[m] = target;
+      }
+      continue;
+    }
+    const NodeId n = unit.front();
+    std::vector<int>& d = deps[n];
+    std::vector<NodeId> local_producers;
+    gather(n, {}, d, local_producers);
+    if (!options_.pointwise) continue;  // the ATen runs' why says so once
     const std::string problem = pointwise_candidate_problem(graph_, graph_.node(n));
     if (!problem.empty()) {
-      refusals[n] = problem;
+      refusals.emplace(n, problem);
       continue;
     }
     const TensorType& out = graph_.value(graph_.node(n).outputs[0]).tensor;
@@ -229,6 +301,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       group_deps.emplace_back();
       group_key.push_back(key);
       alias.push_back(target);
+      fixed_index.push_back(-1);
     } else {
       target = chosen[0];
       for (std::size_t k = 1; k < chosen.size(); ++k) {
@@ -266,11 +339,18 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     std::vector<NodeId> nodes;
     std::shared_ptr<const PointwiseGroup> pointwise;
     std::string why;
+    int fixed = -1;  // index into `fixed`
   };
   std::vector<Unit> units;
   std::map<NodeId, int> unit_of;
-  for (const auto& nodes : groups) {
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<NodeId>& nodes = groups[g];
     if (nodes.empty()) continue;  // merged into another
+    if (fixed_index[g] >= 0) {
+      for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
+      units.push_back({nodes, nullptr, {}, fixed_index[g]});
+      continue;
+    }
     std::string why;
     std::shared_ptr<const PointwiseGroup> built;
     if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes) {
@@ -278,17 +358,17 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     }
     if (!built) {
       for (NodeId n : nodes) {
-        refusals[n] = why.empty() ? "a lone elementwise op gains nothing from fusion" : why;
+        refusals.emplace(n, why.empty() ? "a lone elementwise op gains nothing from fusion" : why);
       }
       continue;
     }
     for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-    units.push_back({nodes, built, std::move(why)});
+    units.push_back({nodes, built, std::move(why), -1});
   }
   for (NodeId n : partition_nodes) {
     if (unit_of.count(n)) continue;
     unit_of[n] = static_cast<int>(units.size());
-    units.push_back({{n}, nullptr, {}});
+    units.push_back({{n}, nullptr, {}, -1});
   }
 
   // Order: Kahn over the unit graph, smallest position first (a group sits
@@ -315,7 +395,9 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     const int u = ready.top().second;
     ready.pop();
     Unit& unit = units[static_cast<std::size_t>(u)];
-    if (unit.pointwise) {
+    if (unit.fixed >= 0) {
+      out.push_back(std::move(fixed[static_cast<std::size_t>(unit.fixed)]));
+    } else if (unit.pointwise) {
       KernelGroup group;
       group.kind = KernelKind::Pointwise;
       group.nodes = unit.nodes;
@@ -348,10 +430,16 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     std::string why;
     for (NodeId n : group.nodes) {
       auto r = refusals.find(n);
+      if (r == refusals.end() && !options_.pointwise) continue;
       const std::string reason = r != refusals.end() ? r->second : "not planned";
       if (why.size() < 400) why += (why.empty() ? "" : "; ") + graph_.node(n).name + ": " + reason;
     }
-    group.why = "not generated: " + why;
+    if (!options_.pointwise) {
+      group.why = "ATen calls: generated pointwise kernels are off (option generated_kernels)" +
+                  (why.empty() ? "" : "; " + why);
+    } else {
+      group.why = "not generated: " + why;
+    }
   }
   return out;
 }

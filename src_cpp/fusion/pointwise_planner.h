@@ -14,6 +14,7 @@
 // compute that something outside it reads (several outputs are fine).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,16 +26,30 @@ namespace mybackend {
 std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
 
 // The kernel groups of one partition, in execution order: generated
-// pointwise groups where possible, the other nodes as aten_sequence runs.
-// `planner_state` carries the graph-wide dependency sets between calls.
+// pointwise groups where possible (option generated_kernels), the other
+// nodes as aten_sequence runs.
+//
+// Note [Fixed groups]
+// `fixed` are groups another engine already formed (matmul groups). Each is
+// one unit: the decide loop visits the partition in a topological order of
+// the graph with every fixed group contracted to one node, so the
+// dependency sets that keep pointwise groups convex see a fixed group as a
+// whole (a pointwise group never waits for a fixed group that waits for
+// it). Fixed groups are placed in the execution order like the others.
+// `refusals` holds reasons already known for nodes (kept over later ones).
 class PointwisePlanner {
  public:
   PointwisePlanner(const Graph& graph, const FusionOptions& options);
-  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes);
+  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
+                                std::vector<KernelGroup> fixed = {},
+                                std::map<NodeId, std::string> refusals = {});
 
  private:
   std::shared_ptr<const PointwiseGroup> build_group(const std::vector<NodeId>& nodes,
                                                     std::string* why) const;
+  // Partition nodes as units in a topological order (Note [Fixed groups]).
+  std::vector<std::vector<NodeId>> unit_order(const std::vector<NodeId>& partition_nodes,
+                                              const std::vector<KernelGroup>& fixed) const;
 
   const Graph& graph_;
   FusionOptions options_;

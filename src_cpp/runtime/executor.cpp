@@ -39,9 +39,26 @@ void Executor::compile_generated(const FusionPlan& fusion) {
   std::vector<GeneratedCompileResult> results = compile_pointwise_groups(*graph_, pointwise);
   for (std::size_t k = 0; k < results.size(); ++k) {
     generated_[k].kernel = std::move(results[k].kernel);
-    generated_[k].status.compiled = generated_[k].kernel != nullptr;
     generated_[k].status.problem = results[k].problem;
-    if (generated_[k].kernel) generated_[k].status.kernel = generated_[k].kernel->description();
+  }
+  // Matmul groups: nothing to compile; cuBLASLt is asked on the first run.
+  for (const PartitionPlan& plan : fusion.partitions) {
+    for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+      const KernelGroup& group = plan.groups[g];
+      if (group.kind != KernelKind::Matmul || !group.matmul) continue;
+      Generated generated;
+      generated.kind = KernelKind::Matmul;
+      generated.status.partition = plan.partition;
+      generated.status.group = static_cast<int>(g);
+      MatmulRunnerResult made = make_matmul_runner(*graph_, group.matmul);
+      generated.kernel = std::move(made.runner);
+      generated.status.problem = made.problem;
+      generated_.push_back(std::move(generated));
+    }
+  }
+  for (Generated& g : generated_) {
+    g.status.compiled = g.kernel != nullptr;
+    if (g.kernel) g.status.kernel = g.kernel->description();
   }
 }
 
@@ -64,6 +81,7 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
       step.calls.push_back(calls_.size());
       calls_.emplace_back(*graph_, graph_->node(id));
     }
+    if (group.kind == KernelKind::Matmul && group.matmul) step.reads = group.matmul->inputs();
     steps_.push_back(std::move(step));
   }
 }
@@ -104,6 +122,7 @@ void Executor::plan_releases() {
     return ids;
   };
   for (std::size_t s = 0; s < steps_.size(); ++s) {
+    for (ValueId v : steps_[s].reads) last_use[v] = static_cast<int>(s);
     for (NodeId id : nodes_of(steps_[s])) {
       for (ValueId v : graph_->node(id).input_values()) last_use[v] = static_cast<int>(s);
       // Outputs nobody reads are dropped at once.
@@ -145,10 +164,13 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
   switch (step.kind) {
     case StepKind::KernelGroup:
       if (step.generated >= 0) {
-        if (generated_[static_cast<std::size_t>(step.generated)].kernel->run(slots, bindings)) {
-          counters_.generated.fetch_add(1, std::memory_order_relaxed);
+        const Generated& engine = generated_[static_cast<std::size_t>(step.generated)];
+        const bool matmul = engine.kind == KernelKind::Matmul;
+        if (engine.kernel->run(slots, bindings)) {
+          (matmul ? counters_.matmul : counters_.generated).fetch_add(1, std::memory_order_relaxed);
         } else {
-          counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
+          (matmul ? counters_.matmul_fallbacks : counters_.generated_fallbacks)
+              .fetch_add(1, std::memory_order_relaxed);
           for (std::size_t c : step.calls) calls_[c].run(slots);
         }
       } else {
@@ -200,6 +222,8 @@ ExecutionStats Executor::stats() const {
   stats.nodes_run_in_python = counters_.python.load();
   stats.generated_kernels_run = counters_.generated.load();
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
+  stats.matmul_groups_run = counters_.matmul.load();
+  stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
   return stats;
 }
 

@@ -20,6 +20,7 @@
 #include "partition/partitioner.h"
 #include "runtime/aten_call.h"
 #include "runtime/generated_kernel.h"
+#include "runtime/matmul_group.h"
 #include "runtime/symbol_binder.h"
 
 namespace mybackend {
@@ -40,15 +41,21 @@ struct ExecutionStats {
   std::int64_t generated_kernels_run = 0;
   // Pointwise groups that ran their ATen form instead, for one call.
   std::int64_t generated_kernel_fallbacks = 0;
+  // cuBLASLt calls (one per matmul group run on the GPU).
+  std::int64_t matmul_groups_run = 0;
+  // Matmul groups that ran their ATen form instead, for one call
+  // (Note [Matmul fallback] in matmul_group.h).
+  std::int64_t matmul_fallbacks = 0;
 };
 
-// A generated kernel group and what became of it, for reports.
+// A group run by an engine (generated pointwise kernel, cuBLASLt matmul)
+// and what became of it, for reports.
 struct GeneratedGroupStatus {
   int partition = 0;
-  int group = 0;  // index into the partition's kernel groups
-  bool compiled = false;
-  std::string kernel;   // description: entry names and target
-  std::string problem;  // why it (last) ran as ATen calls; empty if never
+  int group = 0;          // index into the partition's kernel groups
+  bool compiled = false;  // an engine runs it (else: always ATen calls)
+  std::string kernel;     // description: entry names and target, or the cuBLASLt call
+  std::string problem;    // why it (last) ran as ATen calls; empty if never
 };
 
 class Executor {
@@ -61,8 +68,9 @@ class Executor {
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const;
   ExecutionStats stats() const;
   const Graph& graph() const { return *graph_; }
-  // Every generated group of the fusion plan: compiled or not, and why it
-  // fell back to ATen calls (Note [Never an error to the user]).
+  // Every engine group of the fusion plan (pointwise and matmul): compiled
+  // or not, and why it fell back to ATen calls (Note [Never an error to the
+  // user], Note [Matmul fallback]).
   std::vector<GeneratedGroupStatus> generated_groups() const;
 
  private:
@@ -72,11 +80,14 @@ class Executor {
     std::vector<std::size_t> calls;  // indices into calls_ (KernelGroup, AtenNode)
     NodeId node = 0;                 // BuiltinNode, PythonNode
     int generated = -1;              // KernelGroup: index into generated_, or -1
+    // Values an engine group reads besides its nodes' inputs (a matmul group
+    // reads the input of a transpose it sees through): kept alive for it.
+    std::vector<ValueId> reads;
     std::vector<ValueId> release_after;
   };
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
-        generated{0}, generated_fallbacks{0};
+        generated{0}, generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0};
   };
 
   void compile_generated(const FusionPlan& fusion);
@@ -92,7 +103,8 @@ class Executor {
   std::vector<Step> steps_;
   struct Generated {
     GeneratedGroupStatus status;
-    std::unique_ptr<GeneratedPointwise> kernel;  // null: runs as ATen calls
+    KernelKind kind = KernelKind::Pointwise;
+    std::unique_ptr<GroupRunner> kernel;  // null: runs as ATen calls
   };
   std::vector<Generated> generated_;
   SymbolBinder binder_;

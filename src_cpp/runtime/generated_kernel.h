@@ -30,19 +30,12 @@
 #include "fusion/fusion_plan.h"
 #include "ir/graph.h"
 #include "runtime/aten_call.h"
+#include "runtime/group_runner.h"
 
 namespace mybackend {
 
-class GeneratedPointwise {
- public:
-  virtual ~GeneratedPointwise() = default;
-  // Runs the group on `slots`; false when this call must use the ATen form.
-  virtual bool run(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
-  // Why the group last fell back (empty: it never did).
-  virtual std::string problem() const = 0;
-  // "pointwise: mb_pointwise_<hash> (sm_90 cubin)": for reports.
-  virtual std::string description() const = 0;
-};
+// description(): "pointwise: mb_pointwise_<hash> (sm_90 cubin)".
+class GeneratedPointwise : public GroupRunner {};
 
 // Note [Generated kernels are opt-in for now]
 // Until the launch path has been validated on a GPU (tests/gpu/

@@ -1,0 +1,364 @@
+#include "fusion/matmul_planner.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace mybackend {
+namespace {
+
+bool is_product_op(const std::string& op) {
+  return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
+         op == "aten::baddbmm.default";
+}
+
+bool has_self(const std::string& op) {
+  return op == "aten::addmm.default" || op == "aten::baddbmm.default";
+}
+
+bool is_batched(const std::string& op) {
+  return op == "aten::bmm.default" || op == "aten::baddbmm.default";
+}
+
+bool matmul_dtype(DType dtype) {
+  return dtype == DType::Float16 || dtype == DType::BFloat16 || dtype == DType::Float32;
+}
+
+std::optional<double> scalar(const Argument& arg) {
+  if (arg.kind == Argument::Kind::Int) return static_cast<double>(arg.i);
+  if (arg.kind == Argument::Kind::Float) return arg.f;
+  if (arg.kind == Argument::Kind::Bool) return arg.b ? 1.0 : 0.0;
+  return std::nullopt;
+}
+
+// The tensor value an argument names, or -1.
+ValueId tensor_arg(const Graph& graph, const Node& node, std::size_t index) {
+  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::Value) return -1;
+  const ValueId v = node.args[index].value;
+  return graph.value(v).kind == ValueKind::Tensor ? v : -1;
+}
+
+std::optional<std::int64_t> int_arg(const Node& node, std::size_t index) {
+  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::Int)
+    return std::nullopt;
+  return node.args[index].i;
+}
+
+std::optional<std::vector<std::int64_t>> int_list_arg(const Node& node, std::size_t index) {
+  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::List)
+    return std::nullopt;
+  std::vector<std::int64_t> out;
+  for (const Argument& item : node.args[index].items) {
+    if (item.kind != Argument::Kind::Int) return std::nullopt;
+    out.push_back(item.i);
+  }
+  return out;
+}
+
+std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank) {
+  return dim < 0 ? dim + rank : dim;
+}
+
+// t, transpose.int or permute that swaps exactly the last two dims.
+bool swaps_last_two_dims(const Graph& graph, const Node& node) {
+  if (node.kind != NodeKind::Aten) return false;
+  const ValueId in = tensor_arg(graph, node, 0);
+  if (in < 0) return false;
+  const std::int64_t rank = graph.value(in).tensor.rank();
+  if (rank < 2) return false;
+  if (node.op == "aten::t.default") return rank == 2;
+  if (node.op == "aten::transpose.int") {
+    const auto d0 = int_arg(node, 1), d1 = int_arg(node, 2);
+    if (!d0 || !d1) return false;
+    const std::int64_t a = normalize_dim(*d0, rank), b = normalize_dim(*d1, rank);
+    return std::min(a, b) == rank - 2 && std::max(a, b) == rank - 1;
+  }
+  if (node.op == "aten::permute.default") {
+    const auto dims = int_list_arg(node, 1);
+    if (!dims || static_cast<std::int64_t>(dims->size()) != rank) return false;
+    for (std::int64_t d = 0; d < rank; ++d) {
+      const std::int64_t want = d < rank - 2 ? d : (d == rank - 2 ? rank - 1 : rank - 2);
+      if (normalize_dim((*dims)[static_cast<std::size_t>(d)], rank) != want) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+bool is_shape_view(const Node& node) {
+  return node.kind == NodeKind::Aten &&
+         (node.op == "aten::view.default" || node.op == "aten::_unsafe_view.default" ||
+          node.op == "aten::reshape.default");
+}
+
+bool same_dim(const Dim& a, const Dim& b) { return a.str() == b.str(); }
+
+bool same_shape(const TensorType& a, const TensorType& b) {
+  if (a.rank() != b.rank()) return false;
+  for (std::size_t d = 0; d < a.sizes.size(); ++d) {
+    if (!same_dim(a.sizes[d], b.sizes[d])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string matmul_candidate_problem(const Graph& graph, const Node& node) {
+  if (node.kind != NodeKind::Aten || !is_product_op(node.op)) return "not a matrix product";
+  if (node.outputs.size() != 1) return "not exactly one output";
+  const Value& out = graph.value(node.outputs[0]);
+  if (out.kind != ValueKind::Tensor) return "the output is not a tensor";
+  const TensorType& t = out.tensor;
+  if (t.device.type != DeviceType::CUDA) return "not on a CUDA device";
+  if (!matmul_dtype(t.dtype))
+    return "dtype " + std::string(dtype_name(t.dtype)) + " (cuBLASLt groups take f16, bf16, f32)";
+  const std::int64_t rank = is_batched(node.op) ? 3 : 2;
+  const std::size_t first = has_self(node.op) ? 1 : 0;
+  for (std::size_t k = 0; k < (has_self(node.op) ? 3u : 2u); ++k) {
+    const ValueId v = tensor_arg(graph, node, k);
+    if (v < 0) return "operand " + std::to_string(k) + " is not a tensor";
+    const TensorType& in = graph.value(v).tensor;
+    if (in.device != t.device) return "operands on different devices";
+    if (in.dtype != t.dtype) return "operands of different dtypes";
+    if (k >= first && in.rank() != rank) return "an operand of unexpected rank";
+  }
+  if (has_self(node.op) && (!scalar(node.args[3]) || !scalar(node.args[4])))
+    return "beta or alpha is not a number known at compile time";
+  return {};
+}
+
+struct MatmulPlanner::Context {
+  std::set<NodeId> partition;
+  std::set<NodeId> claimed;  // by earlier groups of this partition
+  std::set<NodeId> members;  // of the group being built
+  std::vector<std::string> notes;
+  bool usable(NodeId n) const {
+    return partition.count(n) && !claimed.count(n) && !members.count(n);
+  }
+};
+
+MatmulPlanner::MatmulPlanner(const Graph& graph)
+    : graph_(graph),
+      users_(graph.node_users()),
+      value_users_(graph.values().size()),
+      graph_output_(graph.values().size(), false) {
+  for (const Node& node : graph.nodes()) {
+    for (ValueId v : node.input_values()) {
+      auto& readers = value_users_[static_cast<std::size_t>(v)];
+      if (readers.empty() || readers.back() != node.id) readers.push_back(node.id);
+    }
+  }
+  for (const Argument& out : graph.outputs())
+    out.for_each_value([&](ValueId v) { graph_output_[static_cast<std::size_t>(v)] = true; });
+}
+
+// Follows transposes of the last two dims back from `value`; a transpose
+// joins the group when only the group reads it.
+MatmulOperand MatmulPlanner::resolve_operand(ValueId value, NodeId reader, Context& ctx) const {
+  MatmulOperand operand{value, false};
+  NodeId next_reader = reader;
+  bool absorbing = true;
+  while (true) {
+    const Value& v = graph_.value(operand.value);
+    if (v.producer == kGraphInput) break;
+    const Node& producer = graph_.node(v.producer);
+    if (!swaps_last_two_dims(graph_, producer)) break;
+    const auto& readers = value_users_[static_cast<std::size_t>(operand.value)];
+    absorbing = absorbing && ctx.usable(producer.id) && !graph_output_[operand.value] &&
+                readers.size() == 1 && readers[0] == next_reader;
+    if (absorbing) ctx.members.insert(producer.id);
+    next_reader = producer.id;
+    operand.value = producer.args[0].value;
+    operand.transposed = !operand.transposed;
+  }
+  return operand;
+}
+
+// Bias, then relu or gelu(tanh), through shape views that keep N
+// (Note [Matmul groups], Note [Views after the product]).
+void MatmulPlanner::match_epilogue(MatmulSpec& spec, Context& ctx) const {
+  const TensorType& product = graph_.value(spec.output).tensor;
+  const Dim n_dim = product.sizes.back();
+  ValueId current = spec.output;
+  std::vector<NodeId> views;  // seen through, joining with the next epilogue op
+  auto take = [&](const Node& node) {
+    ctx.members.insert(views.begin(), views.end());
+    views.clear();
+    ctx.members.insert(node.id);
+    current = node.outputs[0];
+    spec.output = current;
+  };
+  while (true) {
+    const auto& readers = value_users_[static_cast<std::size_t>(current)];
+    if (graph_output_[current] || readers.size() != 1 || !ctx.usable(readers[0])) return;
+    const Node& user = graph_.node(readers[0]);
+    if (user.outputs.size() != 1 || tensor_arg(graph_, user, 0) < 0) return;
+    const TensorType& out = graph_.value(user.outputs[0]).tensor;
+    if (is_shape_view(user) && tensor_arg(graph_, user, 0) == current && out.rank() >= 1 &&
+        same_dim(out.sizes.back(), n_dim)) {
+      views.push_back(user.id);
+      current = user.outputs[0];
+      continue;
+    }
+    if (user.op == "aten::add.Tensor" && spec.epilogue == MatmulEpilogue::None) {
+      const ValueId a = tensor_arg(graph_, user, 0), b = tensor_arg(graph_, user, 1);
+      const ValueId bias = a == current ? b : a;
+      const auto alpha = user.args.size() > 2 ? scalar(user.args[2]) : std::optional<double>(1.0);
+      const bool row_vector = bias >= 0 && bias != current && (a == current || b == current) &&
+                              graph_.value(bias).tensor.rank() == 1 &&
+                              same_dim(graph_.value(bias).tensor.sizes[0], n_dim) &&
+                              graph_.value(bias).tensor.dtype == spec.dtype &&
+                              graph_.value(bias).tensor.device == product.device;
+      if (!row_vector || alpha != 1.0 || out.dtype != spec.dtype ||
+          !same_shape(out, graph_.value(current).tensor))
+        return;
+      spec.bias = bias;
+      spec.epilogue = MatmulEpilogue::Bias;
+      take(user);
+      continue;
+    }
+    const bool has_bias = spec.epilogue == MatmulEpilogue::Bias;
+    if (user.op == "aten::relu.default" && out.dtype == spec.dtype) {
+      spec.epilogue = has_bias ? MatmulEpilogue::ReluBias : MatmulEpilogue::Relu;
+      take(user);
+      return;
+    }
+    if (user.op == "aten::gelu.default" && out.dtype == spec.dtype && user.args.size() > 1 &&
+        user.args[1].kind == Argument::Kind::String) {
+      if (user.args[1].s == "tanh") {
+        spec.epilogue = has_bias ? MatmulEpilogue::GeluTanhBias : MatmulEpilogue::GeluTanh;
+        take(user);
+      } else {
+        ctx.notes.push_back("gelu(approximate='" + user.args[1].s +
+                            "') not fused: cuBLASLt's GELU epilogue is the tanh approximation");
+      }
+    }
+    return;
+  }
+}
+
+// sum.dim_IntList(G, [0]) beside mm(Gᵀ, X) or mm(X, G): one pass over G
+// gives the weight gradient and the bias gradient (BGRADB / BGRADA).
+void MatmulPlanner::match_bias_grad(MatmulSpec& spec, Context& ctx) const {
+  if (spec.op != "aten::mm.default" || spec.alpha != 1.0 || spec.c >= 0 ||
+      spec.epilogue != MatmulEpilogue::None || graph_.value(spec.output).producer != spec.product)
+    return;
+  struct Candidate {
+    ValueId g;
+    MatmulEpilogue epilogue;
+  };
+  std::vector<Candidate> candidates;
+  if (spec.mat1.transposed) candidates.push_back({spec.mat1.value, MatmulEpilogue::BiasGradMat1});
+  if (!spec.mat2.transposed) candidates.push_back({spec.mat2.value, MatmulEpilogue::BiasGradMat2});
+  for (const Candidate& c : candidates) {
+    const TensorType& g = graph_.value(c.g).tensor;
+    if (g.rank() != 2) continue;
+    for (NodeId s : value_users_[static_cast<std::size_t>(c.g)]) {
+      const Node& sum = graph_.node(s);
+      if (!ctx.usable(s) || sum.op != "aten::sum.dim_IntList" || tensor_arg(graph_, sum, 0) != c.g)
+        continue;
+      const auto dims = int_list_arg(sum, 1);
+      const bool dtype_none = sum.args.size() < 4 || sum.args[3].kind == Argument::Kind::None;
+      if (!dims || dims->size() != 1 || normalize_dim((*dims)[0], 2) != 0 || !dtype_none ||
+          graph_.value(sum.outputs[0]).tensor.dtype != spec.dtype)
+        continue;
+      std::set<NodeId> trial = ctx.members;
+      trial.insert(s);
+      if (!convex(trial)) {
+        ctx.notes.push_back(sum.name +
+                            " not fused as bias gradient: the group would not be convex");
+        continue;
+      }
+      ctx.members.insert(s);
+      spec.epilogue = c.epilogue;
+      spec.bias_grad = sum.outputs[0];
+      return;
+    }
+  }
+}
+
+// No path leaves `members` and re-enters it (nodes are in topological
+// order, so only nodes before the last member can lead back).
+bool MatmulPlanner::convex(const std::set<NodeId>& members) const {
+  const NodeId last = *members.rbegin();
+  std::vector<NodeId> stack;
+  std::set<NodeId> seen;
+  for (NodeId m : members) {
+    for (NodeId u : users_[static_cast<std::size_t>(m)]) {
+      if (!members.count(u) && u < last) stack.push_back(u);
+    }
+  }
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (NodeId u : users_[static_cast<std::size_t>(n)]) {
+      if (members.count(u)) return false;
+      if (u < last) stack.push_back(u);
+    }
+  }
+  return true;
+}
+
+std::vector<KernelGroup> MatmulPlanner::plan(const std::vector<NodeId>& partition_nodes,
+                                             std::map<NodeId, std::string>& refusals) const {
+  Context ctx;
+  ctx.partition.insert(partition_nodes.begin(), partition_nodes.end());
+  std::vector<KernelGroup> groups;
+  for (NodeId n : partition_nodes) {
+    const Node& node = graph_.node(n);
+    if (node.kind != NodeKind::Aten || !is_product_op(node.op)) continue;
+    if (std::string problem = matmul_candidate_problem(graph_, node); !problem.empty()) {
+      refusals[n] = "no cuBLASLt group: " + problem;
+      continue;
+    }
+    ctx.members = {n};
+    ctx.notes.clear();
+    auto spec = std::make_shared<MatmulSpec>();
+    spec->product = n;
+    spec->op = node.op;
+    spec->batched = is_batched(node.op);
+    spec->output = node.outputs[0];
+    spec->dtype = graph_.value(spec->output).tensor.dtype;
+    const std::size_t first = has_self(node.op) ? 1 : 0;
+    spec->mat1 = resolve_operand(node.args[first].value, n, ctx);
+    spec->mat2 = resolve_operand(node.args[first + 1].value, n, ctx);
+    if (has_self(node.op)) {
+      const ValueId self = node.args[0].value;
+      const TensorType& s = graph_.value(self).tensor;
+      const double beta = *scalar(node.args[3]);
+      spec->alpha = *scalar(node.args[4]);
+      const TensorType& out = graph_.value(spec->output).tensor;
+      if (beta == 1.0 && s.rank() == 1 && same_dim(s.sizes[0], out.sizes.back())) {
+        spec->bias = self;
+        spec->epilogue = MatmulEpilogue::Bias;
+      } else if (beta != 0.0) {
+        spec->c = self;
+        spec->beta = beta;
+      }
+    }
+    match_epilogue(*spec, ctx);
+    match_bias_grad(*spec, ctx);
+    if (!convex(ctx.members)) {
+      // Cannot happen for the shapes matched above (each joined node's only
+      // reader is in the group); kept as a guard: the product alone is convex.
+      ctx.members = {n};
+      refusals[n] = "no cuBLASLt group: the matched pattern is not convex";
+      continue;
+    }
+    KernelGroup group;
+    group.kind = KernelKind::Matmul;
+    group.nodes.assign(ctx.members.begin(), ctx.members.end());
+    group.spec = spec->to_string();
+    group.why = "cuBLASLt " + node.op.substr(6) + " with epilogue " +
+                std::string(cublaslt_epilogue_name(spec->epilogue));
+    if (spec->mat1.transposed || spec->mat2.transposed)
+      group.why += "; transposed operands read in place (no copy)";
+    for (const std::string& note : ctx.notes) group.why += "; " + note;
+    group.matmul = std::move(spec);
+    ctx.claimed.insert(ctx.members.begin(), ctx.members.end());
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+}  // namespace mybackend

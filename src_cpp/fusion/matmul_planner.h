@@ -1,0 +1,65 @@
+// The matmul engine's planner (CUDA engine II): which nodes of a CUDA
+// partition run as one cuBLASLt call, and the MatmulSpec of each such group.
+// Torch-free: it reads the IR only.
+//
+// Note [Matmul groups]
+// Every aten mm / addmm / bmm / baddbmm of a CUDA partition whose operands
+// are f16, bf16 or f32 tensors of one dtype becomes a group. Around it:
+// * Operands produced by transposes of the last two dims (t, transpose.int,
+//   permute) are read from the transpose's input with the transpose flag set
+//   (Note [Matmul operands are logical]); chains of them cancel. A transpose
+//   node joins the group when the group is its only reader.
+// * Epilogues, while the product's value has exactly one reader and that
+//   reader is in the partition (the graph's outputs count as readers):
+//   a 1-D bias of length N (addmm's self with beta = 1, or add.Tensor of one
+//   with alpha = 1 and the product's dtype), then relu or gelu with
+//   approximate='tanh'. gelu with approximate='none' (erf) is not fused:
+//   cuBLASLt's GELU epilogue is the tanh approximation only.
+// * Note [Views after the product]: shape views (view, _unsafe_view,
+//   reshape) between the product and an epilogue op are seen through when
+//   they keep the last dim (N), as aot's linear on 3-D input leaves them;
+//   the runtime views its M x N result to the group output's IR shape.
+// * Bias gradient: for a plain mm whose mat1 is Gᵀ (or whose mat2 is G), a
+//   sum.dim_IntList(G, [0]) in the partition joins the group as cuBLASLt's
+//   BGRADB (BGRADA), as a Linear's backward has it: weight gradient and bias
+//   gradient from one pass over G.
+// * addmm / baddbmm's self that is not a fused bias is cuBLASLt's C (beta).
+// A group must stay convex: no path may leave it and re-enter; otherwise the
+// bias-gradient sum stays outside.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+
+namespace mybackend {
+
+// Why `node` cannot be the product of a matmul group; empty when it can.
+std::string matmul_candidate_problem(const Graph& graph, const Node& node);
+
+class MatmulPlanner {
+ public:
+  explicit MatmulPlanner(const Graph& graph);
+  // The matmul groups of one partition, each with its nodes (ascending),
+  // spec and why. Products that cannot be planned get a reason in
+  // `refusals` (for the aten_sequence group's why).
+  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
+                                std::map<NodeId, std::string>& refusals) const;
+
+ private:
+  struct Context;
+  MatmulOperand resolve_operand(ValueId value, NodeId reader, Context& ctx) const;
+  void match_epilogue(MatmulSpec& spec, Context& ctx) const;
+  void match_bias_grad(MatmulSpec& spec, Context& ctx) const;
+  bool convex(const std::set<NodeId>& members) const;
+
+  const Graph& graph_;
+  std::vector<std::vector<NodeId>> users_;        // per node
+  std::vector<std::vector<NodeId>> value_users_;  // per value
+  std::vector<bool> graph_output_;                // per value
+};
+
+}  // namespace mybackend

@@ -1,0 +1,81 @@
+#include "fusion/matmul_spec.h"
+
+#include <cstdio>
+
+namespace mybackend {
+namespace {
+
+// %g through snprintf, not an ostream: streaming numbers inside _C crashed
+// on the GPU image's toolchain (docs/design/0004-fusion-planner.md).
+std::string number(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
+}
+
+std::string operand(const char* name, const MatmulOperand& op) {
+  return std::string(name) + "=%" + std::to_string(op.value) + (op.transposed ? "^T" : "");
+}
+
+}  // namespace
+
+std::string_view matmul_epilogue_name(MatmulEpilogue epilogue) {
+  switch (epilogue) {
+    case MatmulEpilogue::None: return "none";
+    case MatmulEpilogue::Bias: return "bias";
+    case MatmulEpilogue::Relu: return "relu";
+    case MatmulEpilogue::ReluBias: return "relu_bias";
+    case MatmulEpilogue::GeluTanh: return "gelu_tanh";
+    case MatmulEpilogue::GeluTanhBias: return "gelu_tanh_bias";
+    case MatmulEpilogue::BiasGradMat1: return "bias_grad_mat1";
+    case MatmulEpilogue::BiasGradMat2: return "bias_grad_mat2";
+  }
+  return "unknown";
+}
+
+std::string_view cublaslt_epilogue_name(MatmulEpilogue epilogue) {
+  switch (epilogue) {
+    case MatmulEpilogue::None: return "DEFAULT";
+    case MatmulEpilogue::Bias: return "BIAS";
+    case MatmulEpilogue::Relu: return "RELU";
+    case MatmulEpilogue::ReluBias: return "RELU_BIAS";
+    case MatmulEpilogue::GeluTanh: return "GELU";
+    case MatmulEpilogue::GeluTanhBias: return "GELU_BIAS";
+    // cuBLASLt multiplies column-major matrices: D = op(A)·op(B) is our
+    // product transposed, so its A is our mat2 and its B our mat1.
+    case MatmulEpilogue::BiasGradMat1: return "BGRADB";
+    case MatmulEpilogue::BiasGradMat2: return "BGRADA";
+  }
+  return "unknown";
+}
+
+bool epilogue_has_bias(MatmulEpilogue epilogue) {
+  return epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::ReluBias ||
+         epilogue == MatmulEpilogue::GeluTanhBias;
+}
+
+bool epilogue_is_bias_grad(MatmulEpilogue epilogue) {
+  return epilogue == MatmulEpilogue::BiasGradMat1 || epilogue == MatmulEpilogue::BiasGradMat2;
+}
+
+std::vector<ValueId> MatmulSpec::inputs() const {
+  std::vector<ValueId> out{mat1.value, mat2.value};
+  if (c >= 0) out.push_back(c);
+  if (bias >= 0) out.push_back(bias);
+  return out;
+}
+
+std::string MatmulSpec::to_string() const {
+  std::string out = "matmul " + op + (batched ? " batched" : "") + " " + operand("mat1", mat1) +
+                    " " + operand("mat2", mat2) + " dtype=" + std::string(dtype_short_name(dtype));
+  if (alpha != 1.0) out += " alpha=" + number(alpha);
+  if (c >= 0) out += " c=%" + std::to_string(c) + " beta=" + number(beta);
+  out += "\nepilogue=" + std::string(matmul_epilogue_name(epilogue)) + " (cublaslt " +
+         std::string(cublaslt_epilogue_name(epilogue)) + ")";
+  if (bias >= 0) out += " bias=%" + std::to_string(bias);
+  if (bias_grad >= 0) out += " bias_grad=%" + std::to_string(bias_grad);
+  out += "\noutput=%" + std::to_string(output) + "\n";
+  return out;
+}
+
+}  // namespace mybackend

@@ -1,0 +1,78 @@
+// cuBLASLt's heuristic algorithm choice, cached per problem signature.
+// CUDA builds only.
+//
+// Note [Algorithm cache key]
+// cublasLtMatmulAlgoGetHeuristic costs tens of microseconds, more than a
+// small matmul, so its answer is kept per signature: device, compute and
+// scale types, epilogue, batch count, and for each of A, B, C, D its data
+// type, operation, rows, cols, leading dimension, batch stride and pointer
+// alignment (alignment changes which kernels are legal), plus the bias
+// pointer's alignment and whether C is D. "No algorithm" is cached too, so a
+// problem cuBLASLt cannot run falls back to ATen without asking again.
+// The cache is process-wide and thread-safe (a shared mutex: lookups in
+// parallel, inserts alone); it never evicts (one entry per shape seen).
+#pragma once
+
+#include <cublasLt.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+namespace mybackend::cublaslt {
+
+// One matrix as cuBLASLt sees it: column-major, before its operation.
+struct Operand {
+  cudaDataType_t type = CUDA_R_32F;
+  cublasOperation_t op = CUBLAS_OP_N;
+  std::uint64_t rows = 0, cols = 0;
+  std::int64_t ld = 0;
+  std::int64_t batch_stride = 0;
+  std::uint32_t alignment = 0;  // bytes the pointer is aligned to, at most 256
+};
+
+// Everything the algorithm choice depends on (Note [Algorithm cache key]).
+struct Signature {
+  int device = 0;
+  std::int32_t batch = 1;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale = CUDA_R_32F;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  std::uint32_t bias_alignment = 0;
+  bool c_is_d = true;
+  Operand a, b, c, d;
+  std::string key() const;
+};
+
+struct AlgoChoice {
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace_bytes = 0;
+};
+
+struct AlgoCacheStats {
+  std::uint64_t hits = 0, misses = 0, entries = 0;
+};
+
+class AlgoCache {
+ public:
+  // Absent: never asked. Present but empty: cuBLASLt had no algorithm.
+  std::optional<std::optional<AlgoChoice>> find(const std::string& key) const;
+  void insert(const std::string& key, std::optional<AlgoChoice> choice);
+  AlgoCacheStats stats() const;
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<std::string, std::optional<AlgoChoice>> entries_;
+  mutable std::atomic<std::uint64_t> hits_{0}, misses_{0};
+};
+
+// The process's cache.
+AlgoCache& algo_cache();
+
+// The largest power of two (at most 256) that divides `address`.
+std::uint32_t pointer_alignment(const void* address);
+
+}  // namespace mybackend::cublaslt

@@ -1,0 +1,240 @@
+#include "libs/cublaslt_gemm.h"
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "libs/cublaslt_handles.h"
+
+namespace mybackend::cublaslt {
+namespace {
+
+// Enough for every Hopper kernel cuBLASLt's heuristic offers (PyTorch gives
+// cuBLASLt 32 MiB on sm_90 too); taken from the caching allocator per call.
+constexpr std::size_t kMaxWorkspaceBytes = std::size_t{32} << 20;
+
+bool data_type(c10::ScalarType type, cudaDataType_t& out) {
+  switch (type) {
+    case c10::ScalarType::Half: out = CUDA_R_16F; return true;
+    case c10::ScalarType::BFloat16: out = CUDA_R_16BF; return true;
+    case c10::ScalarType::Float: out = CUDA_R_32F; return true;
+    default: return false;
+  }
+}
+
+cublasLtEpilogue_t lt_epilogue(MatmulEpilogue epilogue) {
+  switch (epilogue) {
+    case MatmulEpilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+    case MatmulEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case MatmulEpilogue::Relu: return CUBLASLT_EPILOGUE_RELU;
+    case MatmulEpilogue::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case MatmulEpilogue::GeluTanh: return CUBLASLT_EPILOGUE_GELU;
+    case MatmulEpilogue::GeluTanhBias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    // Note [Row-major products on a column-major library]: mat1 is its B.
+    case MatmulEpilogue::BiasGradMat1: return CUBLASLT_EPILOGUE_BGRADB;
+    case MatmulEpilogue::BiasGradMat2: return CUBLASLT_EPILOGUE_BGRADA;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+std::unique_ptr<MatrixLayout> layout_of(const Operand& m, std::int32_t batch) {
+  auto layout = std::make_unique<MatrixLayout>(m.type, m.rows, m.cols, m.ld);
+  if (batch > 1) layout->set_batch(batch, m.batch_stride);
+  return layout;
+}
+
+// The heuristic's best algorithm for `signature`, through the cache.
+std::optional<AlgoChoice> choose_algorithm(const Signature& signature, cublasLtHandle_t handle,
+                                           const MatmulDesc& desc, const MatrixLayout& a,
+                                           const MatrixLayout& b, const MatrixLayout& c,
+                                           const MatrixLayout& d) {
+  const std::string key = signature.key();
+  if (auto cached = algo_cache().find(key)) return *cached;
+  MatmulPreference preference;
+  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kMaxWorkspaceBytes});
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, signature.a.alignment);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, signature.b.alignment);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, signature.c.alignment);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, signature.d.alignment);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, desc.get(), a.get(), b.get(), c.get(), d.get(), preference.get(), 1, &result, &found);
+  std::optional<AlgoChoice> choice;
+  // NOT_SUPPORTED is the heuristic's way of saying "no algorithm".
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) MB_CUBLASLT_CHECK(status);
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS)
+    choice = AlgoChoice{result.algo, result.workspaceSize};
+  algo_cache().insert(key, choice);
+  return choice;
+}
+
+std::string shape_problem(const at::Tensor& mat1, const at::Tensor& mat2) {
+  if (!mat1.defined() || !mat2.defined()) return "an operand is missing";
+  if (!mat1.is_cuda() || !mat2.is_cuda() || mat1.device() != mat2.device())
+    return "operands are not on one CUDA device";
+  if (mat1.dim() != mat2.dim() || (mat1.dim() != 2 && mat1.dim() != 3))
+    return "operands are not both 2-D or both 3-D";
+  if (mat1.scalar_type() != mat2.scalar_type()) return "operands of different dtypes";
+  if (mat1.size(-1) != mat2.size(-2)) return "inner dimensions differ";
+  if (mat1.dim() == 3 && mat1.size(0) != mat2.size(0)) return "batch sizes differ";
+  if (mat1.numel() == 0 || mat2.numel() == 0) return "an empty product (ATen handles it)";
+  return {};
+}
+
+}  // namespace
+
+bool column_major_operand(std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
+                          std::int64_t col_stride, Operand& out) {
+  // Row-major (unit column stride): the column-major matrix of the
+  // transpose, operation N. A single column or row needs only a valid ld.
+  if (cols == 1 || col_stride == 1) {
+    const std::int64_t ld = rows == 1 ? std::max<std::int64_t>(cols, 1) : row_stride;
+    if (ld >= std::max<std::int64_t>(cols, 1)) {
+      out.op = CUBLAS_OP_N;
+      out.rows = static_cast<std::uint64_t>(cols);
+      out.cols = static_cast<std::uint64_t>(rows);
+      out.ld = ld;
+      return true;
+    }
+  }
+  // Column-major (unit row stride): as it is, operation T.
+  if (rows == 1 || row_stride == 1) {
+    const std::int64_t ld = cols == 1 ? std::max<std::int64_t>(rows, 1) : col_stride;
+    if (ld >= std::max<std::int64_t>(rows, 1)) {
+      out.op = CUBLAS_OP_T;
+      out.rows = static_cast<std::uint64_t>(rows);
+      out.cols = static_cast<std::uint64_t>(cols);
+      out.ld = ld;
+      return true;
+    }
+  }
+  return false;
+}
+
+GemmResult gemm(const GemmArgs& args) {
+  GemmResult result;
+  const at::Tensor& mat1 = args.mat1;
+  const at::Tensor& mat2 = args.mat2;
+  if (std::string p = shape_problem(mat1, mat2); !p.empty()) {
+    result.problem = p;
+    return result;
+  }
+  Signature sig;
+  if (!data_type(mat1.scalar_type(), sig.d.type)) {
+    result.problem = "dtype not in f16, bf16, f32";
+    return result;
+  }
+  const bool batched = mat1.dim() == 3;
+  const std::int64_t batch = batched ? mat1.size(0) : 1;
+  const std::int64_t m = mat1.size(-2), k = mat1.size(-1), n = mat2.size(-1);
+  if (batch > INT32_MAX) {
+    result.problem = "batch count above 2^31";
+    return result;
+  }
+  sig.a.type = sig.b.type = sig.c.type = sig.d.type;
+  // cuBLASLt's A is mat2, its B is mat1 (Note [Row-major products ...]).
+  if (!column_major_operand(k, n, mat2.stride(-2), mat2.stride(-1), sig.a) ||
+      !column_major_operand(m, k, mat1.stride(-2), mat1.stride(-1), sig.b)) {
+    result.problem = "an operand's strides are not a (transposed) matrix cuBLASLt can read";
+    return result;
+  }
+  if (batched) {
+    sig.a.batch_stride = mat2.stride(0);
+    sig.b.batch_stride = mat1.stride(0);
+  }
+  const bool bias_grad = epilogue_is_bias_grad(args.epilogue);
+  if (bias_grad && batched) {
+    result.problem = "bias-gradient epilogues take 2-D products only";
+    return result;
+  }
+  if (epilogue_has_bias(args.epilogue)) {
+    const at::Tensor& bias = args.bias;
+    if (!bias.defined() || bias.dim() != 1 || bias.size(0) != n || bias.stride(0) != 1 ||
+        bias.scalar_type() != mat1.scalar_type() || bias.device() != mat1.device()) {
+      result.problem = "the bias is not a packed vector of N elements of the product's dtype";
+      return result;
+    }
+  }
+  const c10::cuda::CUDAGuard guard(mat1.device());
+  const int device = mat1.get_device();
+  std::vector<std::int64_t> out_shape{m, n};
+  if (batched) out_shape.insert(out_shape.begin(), batch);
+  result.out = at::empty(out_shape, mat1.options());
+  const bool use_c = args.c.defined() && args.beta != 0.0;
+  const void* c_data = result.out.data_ptr();
+  if (use_c) {
+    if (args.c.sizes() == result.out.sizes() && args.c.is_contiguous() &&
+        args.c.scalar_type() == mat1.scalar_type() && args.c.device() == mat1.device()) {
+      c_data = args.c.data_ptr();  // read in place: same layout as D
+      sig.c_is_d = false;
+    } else {
+      result.out.copy_(args.c.expand(out_shape));  // broadcast into D, then D = .. + beta·D
+    }
+  }
+  sig.d.op = CUBLAS_OP_N;
+  sig.d.rows = static_cast<std::uint64_t>(n);
+  sig.d.cols = static_cast<std::uint64_t>(m);
+  sig.d.ld = n;
+  sig.d.batch_stride = batched ? m * n : 0;
+  sig.c = sig.d;
+  sig.a.alignment = pointer_alignment(mat2.data_ptr());
+  sig.b.alignment = pointer_alignment(mat1.data_ptr());
+  sig.c.alignment = pointer_alignment(c_data);
+  sig.d.alignment = pointer_alignment(result.out.data_ptr());
+  sig.device = device;
+  sig.batch = static_cast<std::int32_t>(batch);
+  sig.epilogue = lt_epilogue(args.epilogue);
+  const bool fp32 = mat1.scalar_type() == c10::ScalarType::Float;
+  sig.compute = fp32 && at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                              : CUBLAS_COMPUTE_32F;
+  sig.scale = CUDA_R_32F;
+
+  const void* bias_data = nullptr;
+  if (epilogue_has_bias(args.epilogue)) bias_data = args.bias.data_ptr();
+  if (bias_grad) {
+    result.bias_grad =
+        at::empty({args.epilogue == MatmulEpilogue::BiasGradMat1 ? m : n}, mat1.options());
+    bias_data = result.bias_grad.data_ptr();
+  }
+  sig.bias_alignment = bias_data != nullptr ? pointer_alignment(bias_data) : 0;
+
+  MatmulDesc desc(sig.compute, sig.scale);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, sig.a.op);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, sig.b.op);
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, sig.epilogue);
+  if (bias_data != nullptr) {
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, std::int64_t{0});  // one bias for all
+  }
+  const auto a_layout = layout_of(sig.a, sig.batch);
+  const auto b_layout = layout_of(sig.b, sig.batch);
+  const auto c_layout = layout_of(sig.c, sig.batch);
+  const auto d_layout = layout_of(sig.d, sig.batch);
+  const cublasLtHandle_t handle = handle_for_device(device);
+  const std::optional<AlgoChoice> choice =
+      choose_algorithm(sig, handle, desc, *a_layout, *b_layout, *c_layout, *d_layout);
+  if (!choice) {
+    result = GemmResult{};
+    result.problem = "cuBLASLt's heuristic has no algorithm for this problem (epilogue " +
+                     std::string(cublaslt_epilogue_name(args.epilogue)) + ")";
+    return result;
+  }
+  c10::DataPtr workspace;
+  if (choice->workspace_bytes > 0)
+    workspace = c10::cuda::CUDACachingAllocator::get()->allocate(choice->workspace_bytes);
+  const float alpha = static_cast<float>(args.alpha);
+  const float beta = use_c ? static_cast<float>(args.beta) : 0.0f;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
+  MB_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.get(), &alpha, mat2.data_ptr(), a_layout->get(),
+                                   mat1.data_ptr(), b_layout->get(), &beta, c_data, c_layout->get(),
+                                   result.out.data_ptr(), d_layout->get(), &choice->algo,
+                                   workspace.get(), choice->workspace_bytes, stream));
+  return result;
+}
+
+}  // namespace mybackend::cublaslt

@@ -1,0 +1,60 @@
+// One matrix product through cuBLASLt, on torch tensors: what a matmul
+// group (runtime/matmul_group.h) and the benchmark binding call. CUDA
+// builds only.
+//
+// Note [Row-major products on a column-major library]
+// cuBLASLt multiplies column-major matrices. Our row-major D = mat1 · mat2
+// (M x N) is, read column-major, Dᵀ = mat2ᵀ · mat1ᵀ (N x M): cuBLASLt's A is
+// mat2, its B is mat1, m = N, n = M, k = K. A logical operand whose last dim
+// has stride 1 is a column-major matrix of its transpose (operation N, ld =
+// stride of the row dim); one whose row dim has stride 1 is a column-major
+// matrix as it is (operation T, ld = stride of the last dim). Anything else
+// (both strides > 1, zero-stride broadcasts) is not expressible: the caller
+// runs ATen. So transposed views and column slices cost no copy.
+//
+// Precision: f16 and bf16 operands compute in f32 (CUBLAS_COMPUTE_32F);
+// f32 uses CUBLAS_COMPUTE_32F_FAST_TF32 when torch allows TF32 for cuBLAS
+// (torch.backends.cuda.matmul.allow_tf32 / set_float32_matmul_precision),
+// else CUBLAS_COMPUTE_32F. The output comes from at::empty (the caching
+// allocator), the workspace from the caching allocator on the current
+// stream, and the call runs on at::cuda::getCurrentCUDAStream().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "fusion/matmul_spec.h"
+#include "libs/cublaslt_algo_cache.h"
+
+namespace mybackend::cublaslt {
+
+struct GemmArgs {
+  at::Tensor mat1;  // [B,] M x K, any strides
+  at::Tensor mat2;  // [B,] K x N, any strides
+  at::Tensor c;     // undefined, or broadcastable to the output (scaled by beta)
+  double alpha = 1.0;
+  double beta = 0.0;
+  MatmulEpilogue epilogue = MatmulEpilogue::None;
+  at::Tensor bias;  // epilogues with a bias: 1-D, N elements, stride 1
+};
+
+struct GemmResult {
+  at::Tensor out;        // [B,] M x N, contiguous
+  at::Tensor bias_grad;  // bias-gradient epilogues: 1-D, M (mat1) or N (mat2) elements
+  std::string problem;   // why nothing ran (the caller runs ATen); empty when it ran
+  bool ok() const { return problem.empty(); }
+};
+
+// Runs the product, or says why it cannot in `problem` (inexpressible
+// layout, unsupported dtype, no algorithm). cuBLASLt failures throw Error
+// from MB_CUBLASLT_CHECK; the caller falls back to ATen and records it.
+GemmResult gemm(const GemmArgs& args);
+
+// The signature's operand for a logical rows x cols matrix with these row
+// and column strides (Note [Row-major products on a column-major library]);
+// false when cuBLASLt cannot read it in place.
+bool column_major_operand(std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
+                          std::int64_t col_stride, Operand& out);
+
+}  // namespace mybackend::cublaslt

@@ -1,0 +1,10 @@
+# Stage 8b: library wrappers (cuBLASLt). They need torch (caching allocator,
+# current stream) and the CUDA toolkit, so they are runtime sources of CUDA
+# builds only; runtime/matmul_group.cpp reaches them under MYBACKEND_WITH_CUDA.
+if(MYBACKEND_WITH_CUDA)
+  list(APPEND RUNTIME_SOURCES
+    libs/cublaslt_check.cpp
+    libs/cublaslt_handles.cpp
+    libs/cublaslt_algo_cache.cpp
+    libs/cublaslt_gemm.cpp)
+endif()

@@ -1,0 +1,24 @@
+// A kernel group the executor hands to an engine instead of running its
+// nodes as ATen calls: a generated pointwise kernel (generated_kernel.h) or
+// a cuBLASLt product (matmul_group.h).
+#pragma once
+
+#include <string>
+
+#include "runtime/aten_call.h"
+
+namespace mybackend {
+
+class GroupRunner {
+ public:
+  virtual ~GroupRunner() = default;
+  // Runs the group on `slots`; false when this call must use the ATen form
+  // (Note [Never an error to the user] in generated_kernel.h).
+  virtual bool run(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
+  // Why the group last fell back (empty: it never did).
+  virtual std::string problem() const = 0;
+  // What runs, for reports: "pointwise: mb_pointwise_<hash> ...", "cublaslt: ...".
+  virtual std::string description() const = 0;
+};
+
+}  // namespace mybackend

@@ -1,0 +1,40 @@
+// Matmul groups at run time (CUDA engine II): one cuBLASLt call per group
+// (libs/cublaslt_gemm.h) with the planned epilogue, on the current stream.
+//
+// Note [Matmul fallback]
+// Same policy as generated kernels (Note [Never an error to the user]): a
+// call whose tensors cuBLASLt cannot take as they are (strides that are no
+// matrix, an empty product, a dtype or device the plan did not expect), for
+// which the heuristic has no algorithm, or where a cuBLASLt call fails, runs
+// the group's nodes as ATen calls instead; problem() keeps the last reason
+// and ExecutionStats counts matmul_fallbacks. Nothing is disabled for good:
+// the next call (other shapes, other strides) tries cuBLASLt again, and the
+// algorithm cache remembers "no algorithm" per signature.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusion/matmul_spec.h"
+#include "ir/graph.h"
+#include "runtime/group_runner.h"
+
+namespace mybackend {
+
+struct MatmulRunnerResult {
+  std::unique_ptr<GroupRunner> runner;  // null: the group runs as ATen calls
+  std::string problem;                  // why it is null
+};
+
+// Nothing touches the GPU here: cuBLASLt's handle and algorithm come on
+// the first run.
+MatmulRunnerResult make_matmul_runner(const Graph& graph, std::shared_ptr<const MatmulSpec> spec);
+
+// The counters of the process's cuBLASLt algorithm cache (hits, misses,
+// entries); all zero without CUDA.
+std::vector<std::pair<std::string, std::uint64_t>> matmul_algo_cache_counters();
+
+}  // namespace mybackend
