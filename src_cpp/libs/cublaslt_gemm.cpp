@@ -75,8 +75,6 @@ std::optional<AlgoChoice> choose_algorithm(const Signature& signature, cublasLtH
 
 std::string shape_problem(const at::Tensor& mat1, const at::Tensor& mat2) {
   if (!mat1.defined() || !mat2.defined()) return "an operand is missing";
-  if (!mat1.is_cuda() || !mat2.is_cuda() || mat1.device() != mat2.device())
-    return "operands are not on one CUDA device";
   if (mat1.dim() != mat2.dim() || (mat1.dim() != 2 && mat1.dim() != 3))
     return "operands are not both 2-D or both 3-D";
   if (mat1.scalar_type() != mat2.scalar_type()) return "operands of different dtypes";
@@ -116,37 +114,49 @@ bool column_major_operand(std::int64_t rows, std::int64_t cols, std::int64_t row
   return false;
 }
 
-GemmResult gemm(const GemmArgs& args) {
-  GemmResult result;
-  const at::Tensor& mat1 = args.mat1;
-  const at::Tensor& mat2 = args.mat2;
-  if (std::string p = shape_problem(mat1, mat2); !p.empty()) {
-    result.problem = p;
-    return result;
-  }
-  Signature sig;
-  if (!data_type(mat1.scalar_type(), sig.d.type)) {
-    result.problem = "dtype not in f16, bf16, f32";
-    return result;
-  }
+std::string describe_operands(const at::Tensor& mat1, const at::Tensor& mat2, Signature& sig) {
+  if (std::string p = shape_problem(mat1, mat2); !p.empty()) return p;
+  if (!data_type(mat1.scalar_type(), sig.d.type)) return "dtype not in f16, bf16, f32";
   const bool batched = mat1.dim() == 3;
   const std::int64_t batch = batched ? mat1.size(0) : 1;
   const std::int64_t m = mat1.size(-2), k = mat1.size(-1), n = mat2.size(-1);
-  if (batch > INT32_MAX) {
-    result.problem = "batch count above 2^31";
-    return result;
-  }
+  if (batch > INT32_MAX) return "batch count above 2^31";
+  sig.batch = static_cast<std::int32_t>(batch);
   sig.a.type = sig.b.type = sig.c.type = sig.d.type;
   // cuBLASLt's A is mat2, its B is mat1 (Note [Row-major products ...]).
   if (!column_major_operand(k, n, mat2.stride(-2), mat2.stride(-1), sig.a) ||
-      !column_major_operand(m, k, mat1.stride(-2), mat1.stride(-1), sig.b)) {
-    result.problem = "an operand's strides are not a (transposed) matrix cuBLASLt can read";
-    return result;
-  }
+      !column_major_operand(m, k, mat1.stride(-2), mat1.stride(-1), sig.b))
+    return "an operand's strides are not a (transposed) matrix cuBLASLt can read";
   if (batched) {
     sig.a.batch_stride = mat2.stride(0);
     sig.b.batch_stride = mat1.stride(0);
   }
+  // D: our contiguous row-major M x N, i.e. column-major N x M with ld N.
+  sig.d.op = CUBLAS_OP_N;
+  sig.d.rows = static_cast<std::uint64_t>(n);
+  sig.d.cols = static_cast<std::uint64_t>(m);
+  sig.d.ld = n;
+  sig.d.batch_stride = batched ? m * n : 0;
+  sig.c = sig.d;
+  return {};
+}
+
+GemmResult gemm(const GemmArgs& args) {
+  GemmResult result;
+  const at::Tensor& mat1 = args.mat1;
+  const at::Tensor& mat2 = args.mat2;
+  Signature sig;
+  if (std::string p = describe_operands(mat1, mat2, sig); !p.empty()) {
+    result.problem = p;
+    return result;
+  }
+  if (!mat1.is_cuda() || !mat2.is_cuda() || mat1.device() != mat2.device()) {
+    result.problem = "operands are not on one CUDA device";
+    return result;
+  }
+  const bool batched = mat1.dim() == 3;
+  const std::int64_t batch = sig.batch;
+  const std::int64_t m = mat1.size(-2), n = mat2.size(-1);
   const bool bias_grad = epilogue_is_bias_grad(args.epilogue);
   if (bias_grad && batched) {
     result.problem = "bias-gradient epilogues take 2-D products only";
@@ -176,18 +186,11 @@ GemmResult gemm(const GemmArgs& args) {
       result.out.copy_(args.c.expand(out_shape));  // broadcast into D, then D = .. + beta·D
     }
   }
-  sig.d.op = CUBLAS_OP_N;
-  sig.d.rows = static_cast<std::uint64_t>(n);
-  sig.d.cols = static_cast<std::uint64_t>(m);
-  sig.d.ld = n;
-  sig.d.batch_stride = batched ? m * n : 0;
-  sig.c = sig.d;
   sig.a.alignment = pointer_alignment(mat2.data_ptr());
   sig.b.alignment = pointer_alignment(mat1.data_ptr());
   sig.c.alignment = pointer_alignment(c_data);
   sig.d.alignment = pointer_alignment(result.out.data_ptr());
   sig.device = device;
-  sig.batch = static_cast<std::int32_t>(batch);
   sig.epilogue = lt_epilogue(args.epilogue);
   const bool fp32 = mat1.scalar_type() == c10::ScalarType::Float;
   sig.compute = fp32 && at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32

@@ -51,6 +51,12 @@ struct GemmResult {
 // from MB_CUBLASLT_CHECK; the caller falls back to ATen and records it.
 GemmResult gemm(const GemmArgs& args);
 
+// Fills sig.batch, sig.a (cuBLASLt's A: mat2), sig.b (its B: mat1), sig.d
+// and sig.c (our contiguous output) from the operands' sizes, strides and
+// dtype; returns why cuBLASLt cannot take them as they are (empty: it can).
+// Reads no data and needs no GPU.
+std::string describe_operands(const at::Tensor& mat1, const at::Tensor& mat2, Signature& sig);
+
 // The signature's operand for a logical rows x cols matrix with these row
 // and column strides (Note [Row-major products on a column-major library]);
 // false when cuBLASLt cannot read it in place.
