@@ -2,6 +2,7 @@
 
 #include "bindings/bindings.h"
 #include "common/error.h"
+#include "fusion/pointwise_lowering.h"
 #include "pipeline/pipeline.h"
 #include "runtime/generated_kernel.h"
 #ifdef MYBACKEND_WITH_CUDA
@@ -31,7 +32,9 @@ CompileOptions compile_options_from(const py::dict& options) {
                                       "cuda_graphs",
                                       "static_inputs",
                                       "max_cuda_graphs",
-                                      "generated_kernels"};
+                                      "generated_kernels",
+                                      "min_fused_nodes",
+                                      "kernel_cache_dir"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -53,6 +56,16 @@ CompileOptions compile_options_from(const py::dict& options) {
   }
   if (options.contains("generated_kernels")) {
     out.fusion.pointwise = options["generated_kernels"].cast<bool>();
+  }
+  if (options.contains("min_fused_nodes")) {
+    out.fusion.min_pointwise_nodes = options["min_fused_nodes"].cast<int>();
+  }
+  // None (or absent): the environment decides; "": memory only; else a path.
+  if (options.contains("kernel_cache_dir") && !options["kernel_cache_dir"].is_none()) {
+    const auto dir = options["kernel_cache_dir"].cast<std::string>();
+    out.kernel_cache.kind =
+        dir.empty() ? KernelCacheLocation::Kind::Off : KernelCacheLocation::Kind::Directory;
+    out.kernel_cache.directory = dir;
   }
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
@@ -199,6 +212,8 @@ void bind_compile(py::module_& m) {
           return out;
         },
         "Counters of the process's generated-kernel cache: memory and disk hits, compiles.");
+  m.def("generated_pointwise_ops", &pointwise_lowering_ops,
+        "The ATen overloads the pointwise planner can put in a generated kernel (sorted).");
   m.def("compile",
         [](std::shared_ptr<Graph> graph, const py::dict& options, py::object python_fallback) {
           CompileOptions compile_options = compile_options_from(options);

@@ -6,11 +6,12 @@
 namespace mybackend {
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
-                   const FusionPlan& fusion, PythonFallback python_fallback)
+                   const FusionPlan& fusion, PythonFallback python_fallback,
+                   const KernelCacheLocation& kernel_cache)
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
-  compile_generated(fusion);
+  compile_generated(fusion, kernel_cache);
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
       add_partition_steps(fusion, scheduled.index);
@@ -23,7 +24,8 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 
 // Compiles every generated group at once (NVRTC in parallel, through the
 // kernel cache); groups that fail keep only their ATen form.
-void Executor::compile_generated(const FusionPlan& fusion) {
+void Executor::compile_generated(const FusionPlan& fusion,
+                                 const KernelCacheLocation& kernel_cache) {
   std::vector<std::shared_ptr<const PointwiseGroup>> pointwise;
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
@@ -36,7 +38,8 @@ void Executor::compile_generated(const FusionPlan& fusion) {
       pointwise.push_back(group.pointwise);
     }
   }
-  std::vector<GeneratedCompileResult> results = compile_pointwise_groups(*graph_, pointwise);
+  std::vector<GeneratedCompileResult> results =
+      compile_pointwise_groups(*graph_, pointwise, kernel_cache);
   for (std::size_t k = 0; k < results.size(); ++k) {
     generated_[k].kernel = std::move(results[k].kernel);
     generated_[k].status.compiled = generated_[k].kernel != nullptr;

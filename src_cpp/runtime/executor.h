@@ -54,7 +54,8 @@ struct GeneratedGroupStatus {
 class Executor {
  public:
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
-           const FusionPlan& fusion, PythonFallback python_fallback);
+           const FusionPlan& fusion, PythonFallback python_fallback,
+           const KernelCacheLocation& kernel_cache = {});
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -79,7 +80,7 @@ class Executor {
         generated{0}, generated_fallbacks{0};
   };
 
-  void compile_generated(const FusionPlan& fusion);
+  void compile_generated(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);
   void add_partition_steps(const FusionPlan& fusion, int partition);
   void add_node_step(const Node& node);
   void plan_releases();

@@ -68,10 +68,29 @@ const bool kCrashHandlerInstalled = [] {
 }();
 
 KernelCache& kernel_cache() {
-  // One per process: kernels compiled for one graph serve every other.
+  // One per process: kernels compiled for one graph serve every other. Its
+  // disk half is chosen per compile (entries_directory below).
   static KernelCache cache(
-      KernelCacheOptions{KernelCacheMode::MemoryAndDisk, "", "mybackend-pointwise-runtime-1"});
+      KernelCacheOptions{KernelCacheMode::MemoryOnly, "", "mybackend-pointwise-runtime-1"});
   return cache;
+}
+
+// The disk cache's entries directory for one compile, or empty for memory
+// only. Resolved at each compile, so that MYBACKEND_CACHE_DIR and the option
+// take effect without restarting; an unusable directory costs only the disk
+// half (Note [Never an error to the user]).
+std::string entries_directory(const KernelCacheLocation& location) {
+  if (location.kind == KernelCacheLocation::Kind::Off) return {};
+  KernelCacheOptions options;
+  if (location.kind == KernelCacheLocation::Kind::Directory) options.directory = location.directory;
+  std::string why;
+  std::optional<std::string> root = resolve_cache_directory(options, process_environment(), &why);
+  std::optional<std::string> entries = root ? open_entries_directory(*root, &why) : std::nullopt;
+  if (!entries) {
+    trace("no disk cache: " + why);
+    return {};
+  }
+  return *entries;
 }
 
 }  // namespace
@@ -370,7 +389,8 @@ bool generated_kernels_enabled() {
 }
 
 std::vector<GeneratedCompileResult> compile_pointwise_groups(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups) {
+    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups,
+    const KernelCacheLocation& cache) {
   std::vector<GeneratedCompileResult> results(groups.size());
   if (groups.empty()) return results;
   if (!generated_kernels_enabled()) {
@@ -420,7 +440,7 @@ std::vector<GeneratedCompileResult> compile_pointwise_groups(
   std::vector<CompileOutcome> outcomes;
   trace("compiling " + std::to_string(requests.size()) + " requests");
   try {
-    outcomes = kernel_cache().get_all(requests, CompilePool(0));
+    outcomes = kernel_cache().get_all(requests, CompilePool(0), entries_directory(cache));
     trace("compiled");
   } catch (const std::exception& e) {
     for (auto& r : results) {
@@ -461,12 +481,16 @@ namespace mybackend {
 bool generated_kernels_enabled() { return false; }
 
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters() {
-  return {{"memory_hits", 0}, {"disk_hits", 0}, {"compiles", 0}, {"disk_rejects", 0},
+  return {{"memory_hits", 0},
+          {"disk_hits", 0},
+          {"compiles", 0},
+          {"disk_rejects", 0},
           {"disk_write_failures", 0}};
 }
 
 std::vector<GeneratedCompileResult> compile_pointwise_groups(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups) {
+    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups,
+    const KernelCacheLocation& /*cache*/) {
   std::vector<GeneratedCompileResult> results(groups.size());
   for (auto& r : results) r.problem = "this build of mybackend has no CUDA support";
   return results;

@@ -52,6 +52,19 @@ class GeneratedPointwise {
 // that reason in Executor::generated_groups().
 bool generated_kernels_enabled();
 
+// Where compiled kernels are kept between processes (option
+// kernel_cache_dir). The in-memory cache is one per process whatever this
+// says; only the disk half moves or is turned off.
+struct KernelCacheLocation {
+  enum class Kind : std::int8_t {
+    FromEnvironment,  // $MYBACKEND_CACHE_DIR, else $XDG_CACHE_HOME/mybackend, else ~/.cache
+    Directory,        // `directory`
+    Off,              // memory only
+  };
+  Kind kind = Kind::FromEnvironment;
+  std::string directory;
+};
+
 // The counters of this process's kernel cache (memory_hits, disk_hits,
 // compiles, disk_rejects, disk_write_failures); all zero without CUDA.
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters();
@@ -63,6 +76,7 @@ struct GeneratedCompileResult {
 
 // One result per group, in order (Note [Compile now, load later]).
 std::vector<GeneratedCompileResult> compile_pointwise_groups(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups);
+    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups,
+    const KernelCacheLocation& cache = {});
 
 }  // namespace mybackend
