@@ -55,8 +55,9 @@ class Options:
     )
     generated_kernels: bool = _field(
         False,
-        "Fuse elementwise ops of CUDA partitions into NVRTC-generated kernels (CUDA engine I, "
-        "experimental: off until validated on a GPU; the kernels also need "
+        "Fuse elementwise ops, reductions with their elementwise prologue/epilogue, and "
+        "softmax/layer-norm/RMS-norm of CUDA partitions into NVRTC-generated kernels (CUDA "
+        "engine I, experimental: off until validated on a GPU; the kernels also need "
         "MYBACKEND_GENERATED_KERNELS=1 to launch).",
         True,
     )

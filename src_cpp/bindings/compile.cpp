@@ -50,12 +50,13 @@ CompileOptions compile_options_from(const py::dict& options) {
     out.partitioner.allow_single_node_partition =
         options["allow_single_node_partition"].cast<bool>();
   }
-  if (options.contains("cuda_graphs")) out.cuda_graphs.enabled = options["cuda_graphs"].cast<bool>();
+  if (options.contains("cuda_graphs"))
+    out.cuda_graphs.enabled = options["cuda_graphs"].cast<bool>();
   if (options.contains("static_inputs")) {
     out.cuda_graphs.static_inputs = options["static_inputs"].cast<std::vector<int>>();
   }
   if (options.contains("generated_kernels")) {
-    out.fusion.pointwise = options["generated_kernels"].cast<bool>();
+    out.fusion.generated_kernels = options["generated_kernels"].cast<bool>();
   }
   if (options.contains("min_fused_nodes")) {
     out.fusion.min_pointwise_nodes = options["min_fused_nodes"].cast<int>();
@@ -122,9 +123,13 @@ py::list node_reports(const Graph& graph, const CompileReport& report) {
 // empty for groups that run as ATen calls.
 std::string generated_source(const KernelGroup& group) {
 #ifdef MYBACKEND_WITH_CUDA
-  if (group.kind != KernelKind::Pointwise || !group.pointwise) return {};
   try {
-    return emit_pointwise(group.pointwise->spec).source;
+    if (group.kind == KernelKind::Pointwise && group.pointwise)
+      return emit_pointwise(group.pointwise->spec).source;
+    if (group.kind == KernelKind::Reduction && group.reduction)
+      return emit_reduction(group.reduction->spec).source;
+    if (group.kind == KernelKind::Norm && group.norm) return emit_norm(group.norm->spec).source;
+    return {};
   } catch (const std::exception& e) {
     return std::string("(source unavailable: ") + e.what() + ")";
   }
@@ -137,7 +142,8 @@ std::string generated_source(const KernelGroup& group) {
 py::dict report_to_dict(const CompiledGraph& compiled) {
   const CompileReport& report = compiled.report();
   py::list stage_times, kernels;
-  for (const auto& [stage, seconds] : report.stage_times) stage_times.append(py::make_tuple(stage, seconds));
+  for (const auto& [stage, seconds] : report.stage_times)
+    stage_times.append(py::make_tuple(stage, seconds));
   const auto generated = compiled.executor().generated_groups();
   for (const PartitionPlan& plan : report.fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
@@ -178,6 +184,9 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["nodes_run_as_builtin"] = stats.nodes_run_as_builtin;
   out["nodes_run_in_python"] = stats.nodes_run_in_python;
   out["generated_kernels_run"] = stats.generated_kernels_run;
+  out["generated_pointwise_run"] = stats.generated_pointwise_run;
+  out["generated_reductions_run"] = stats.generated_reductions_run;
+  out["generated_norms_run"] = stats.generated_norms_run;
   out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   return out;
 }
@@ -186,47 +195,51 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
 
 void bind_compile(py::module_& m) {
   py::class_<CompiledGraph, std::shared_ptr<CompiledGraph>>(m, "CompiledGraph")
-      .def("run",
-           [](const CompiledGraph& compiled, const py::list& args) {
-             std::vector<c10::IValue> inputs;
-             inputs.reserve(args.size());
-             for (py::handle arg : args) inputs.push_back(to_ivalue(arg));
-             std::vector<c10::IValue> outputs;
-             {
-               py::gil_scoped_release release;
-               outputs = compiled.run(std::move(inputs));
-             }
-             py::list result;
-             for (const auto& output : outputs) result.append(from_ivalue(output));
-             return result;
-           },
-           py::arg("inputs"), "Run the graph on a list of inputs; returns the list of outputs.")
+      .def(
+          "run",
+          [](const CompiledGraph& compiled, const py::list& args) {
+            std::vector<c10::IValue> inputs;
+            inputs.reserve(args.size());
+            for (py::handle arg : args) inputs.push_back(to_ivalue(arg));
+            std::vector<c10::IValue> outputs;
+            {
+              py::gil_scoped_release release;
+              outputs = compiled.run(std::move(inputs));
+            }
+            py::list result;
+            for (const auto& output : outputs) result.append(from_ivalue(output));
+            return result;
+          },
+          py::arg("inputs"), "Run the graph on a list of inputs; returns the list of outputs.")
       .def("report", &report_to_dict)
       .def("stats", &stats_to_dict)
-      .def_property_readonly("graph", [](const CompiledGraph& c) { return c.graph().to_text(true); });
+      .def_property_readonly("graph",
+                             [](const CompiledGraph& c) { return c.graph().to_text(true); });
 
-  m.def("kernel_cache_stats",
-        [] {
-          py::dict out;
-          for (const auto& [name, count] : kernel_cache_counters()) out[name.c_str()] = count;
-          return out;
-        },
-        "Counters of the process's generated-kernel cache: memory and disk hits, compiles.");
+  m.def(
+      "kernel_cache_stats",
+      [] {
+        py::dict out;
+        for (const auto& [name, count] : kernel_cache_counters()) out[name.c_str()] = count;
+        return out;
+      },
+      "Counters of the process's generated-kernel cache: memory and disk hits, compiles.");
   m.def("generated_pointwise_ops", &pointwise_lowering_ops,
         "The ATen overloads the pointwise planner can put in a generated kernel (sorted).");
-  m.def("compile",
-        [](std::shared_ptr<Graph> graph, const py::dict& options, py::object python_fallback) {
-          CompileOptions compile_options = compile_options_from(options);
-          PythonFallback fallback = wrap_fallback(std::move(python_fallback));
-          std::shared_ptr<CompiledGraph> compiled;
-          {
-            py::gil_scoped_release release;
-            compiled = compile_graph(std::move(graph), compile_options, std::move(fallback));
-          }
-          return compiled;
-        },
-        py::arg("graph"), py::arg("options") = py::dict(), py::arg("python_fallback") = py::none(),
-        "Run the C++ stages (verify, capability, partition, fusion, runtime) on a graph.");
+  m.def(
+      "compile",
+      [](std::shared_ptr<Graph> graph, const py::dict& options, py::object python_fallback) {
+        CompileOptions compile_options = compile_options_from(options);
+        PythonFallback fallback = wrap_fallback(std::move(python_fallback));
+        std::shared_ptr<CompiledGraph> compiled;
+        {
+          py::gil_scoped_release release;
+          compiled = compile_graph(std::move(graph), compile_options, std::move(fallback));
+        }
+        return compiled;
+      },
+      py::arg("graph"), py::arg("options") = py::dict(), py::arg("python_fallback") = py::none(),
+      "Run the C++ stages (verify, capability, partition, fusion, runtime) on a graph.");
 }
 
 }  // namespace mybackend::bindings

@@ -2,7 +2,9 @@
 
 #include <sstream>
 
+#include "fusion/graph_index.h"
 #include "fusion/pointwise_planner.h"
+#include "fusion/reduction_planner.h"
 
 namespace mybackend {
 
@@ -10,6 +12,8 @@ std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::AtenSequence: return "aten_sequence";
     case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::Norm: return "norm";
   }
   return "unknown";
 }
@@ -50,13 +54,18 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
   FusionPlan plan;
   plan.partitions.reserve(partitions.partitions.size());
   std::unique_ptr<PointwisePlanner> pointwise;
+  std::unique_ptr<GraphIndex> index;
   for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
     PartitionPlan partition_plan;
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
-    if (options.pointwise && any_cuda_node(graph, nodes)) {
-      if (!pointwise) pointwise = std::make_unique<PointwisePlanner>(graph, options);
-      partition_plan.groups = pointwise->plan(nodes);
+    if (options.generated_kernels && any_cuda_node(graph, nodes)) {
+      if (!pointwise) {
+        pointwise = std::make_unique<PointwisePlanner>(graph, options);
+        index = std::make_unique<GraphIndex>(graph);
+      }
+      // Reductions and norms first; elementwise groups grow around them.
+      partition_plan.groups = pointwise->plan(nodes, claim_reduction_groups(*index, nodes));
     } else {
       // CPU partitions: one ATen sequence, exactly as before the CUDA engines.
       KernelGroup group;

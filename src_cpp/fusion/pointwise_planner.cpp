@@ -140,9 +140,55 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   return group;
 }
 
-std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes) {
+// A topological order of the partition's nodes in which each claimed
+// group's members are consecutive (the group is one unit), smallest node id
+// first among the ready units.
+static std::vector<std::vector<NodeId>> unit_order(
+    const std::vector<NodeId>& partition_nodes, const ClaimedGroups& claimed,
+    const std::vector<std::vector<NodeId>>& producers) {
+  std::map<NodeId, int> unit_of;
+  std::vector<std::vector<NodeId>> units;
+  for (const KernelGroup& g : claimed.groups) {
+    for (NodeId n : g.nodes) unit_of[n] = static_cast<int>(units.size());
+    units.push_back(g.nodes);
+  }
+  for (NodeId n : partition_nodes) {
+    if (unit_of.emplace(n, static_cast<int>(units.size())).second) units.push_back({n});
+  }
+  std::vector<std::set<int>> successors(units.size());
+  std::vector<int> indegree(units.size(), 0);
+  for (NodeId n : partition_nodes) {
+    const int to = unit_of[n];
+    for (NodeId p : producers[static_cast<std::size_t>(n)]) {
+      auto from = unit_of.find(p);
+      if (from == unit_of.end() || from->second == to) continue;
+      if (successors[static_cast<std::size_t>(from->second)].insert(to).second) ++indegree[to];
+    }
+  }
+  using Entry = std::pair<NodeId, int>;  // (first node, unit)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (indegree[u] == 0) ready.push({units[u].front(), static_cast<int>(u)});
+  }
+  std::vector<std::vector<NodeId>> order;
+  while (!ready.empty()) {
+    const int u = ready.top().second;
+    ready.pop();
+    order.push_back(units[static_cast<std::size_t>(u)]);
+    for (int s : successors[static_cast<std::size_t>(u)]) {
+      if (--indegree[static_cast<std::size_t>(s)] == 0)
+        ready.push({units[static_cast<std::size_t>(s)].front(), s});
+    }
+  }
+  MB_ASSERT(order.size() == units.size(), "claimed groups of a partition form a cycle");
+  return order;
+}
+
+std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes,
+                                                const ClaimedGroups& claimed) {
   // Decide: grow groups in topological order (Note [Pointwise groups]).
   const std::set<NodeId> in_partition(partition_nodes.begin(), partition_nodes.end());
+  std::map<int, int> claimed_of_group;  // group -> index into claimed.groups
   std::map<NodeId, int> group_of;
   std::map<NodeId, std::vector<int>> deps;   // groups each node waits for, sorted
   std::vector<std::vector<int>> group_deps;  // groups each group waits for, sorted
@@ -170,12 +216,13 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     }
     return false;
   };
-  for (NodeId n : partition_nodes) {
-    std::vector<int>& d = deps[n];
-    std::vector<NodeId> local_producers;
-    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
-      if (in_partition.count(p) == 0) continue;
-      local_producers.push_back(p);
+  // What a node with these producers waits for (groups, transitively).
+  auto waits_of = [&](const std::vector<NodeId>& producers, const std::set<NodeId>& skip,
+                      std::vector<NodeId>* local_producers) {
+    std::vector<int> d;
+    for (NodeId p : producers) {
+      if (in_partition.count(p) == 0 || skip.count(p)) continue;
+      if (local_producers) local_producers->push_back(p);
       merge_into(d, deps[p]);
       if (auto g = group_of.find(p); g != group_of.end()) {
         const int pg = find(g->second);
@@ -183,6 +230,39 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
         merge_into(d, group_deps[static_cast<std::size_t>(pg)]);
       }
     }
+    return d;
+  };
+  std::map<NodeId, int> claimed_index;
+  for (std::size_t k = 0; k < claimed.groups.size(); ++k) {
+    for (NodeId n : claimed.groups[k].nodes) claimed_index[n] = static_cast<int>(k);
+  }
+  for (const std::vector<NodeId>& unit : unit_order(partition_nodes, claimed, producers_)) {
+    const NodeId n = unit.front();
+    if (auto c = claimed_index.find(n); c != claimed_index.end()) {
+      // A claimed group: one fixed group that nothing joins.
+      const std::set<NodeId> members(unit.begin(), unit.end());
+      std::vector<int> d;
+      for (NodeId m : unit)
+        merge_into(d, waits_of(producers_[static_cast<std::size_t>(m)], members, nullptr));
+      const int target = static_cast<int>(groups.size());
+      groups.push_back(unit);
+      std::vector<int> cleaned;
+      for (int g : d) cleaned.push_back(find(g));
+      std::sort(cleaned.begin(), cleaned.end());
+      cleaned.erase(std::unique(cleaned.begin(), cleaned.end()), cleaned.end());
+      group_deps.push_back(cleaned);
+      group_key.push_back("claimed#" + std::to_string(c->second));
+      alias.push_back(target);
+      claimed_of_group[target] = c->second;
+      for (NodeId m : unit) {
+        group_of[m] = target;
+        deps[m] = d;
+      }
+      continue;
+    }
+    std::vector<NodeId> local_producers;
+    deps[n] = waits_of(producers_[static_cast<std::size_t>(n)], {}, &local_producers);
+    std::vector<int>& d = deps[n];
     const std::string problem = pointwise_candidate_problem(graph_, graph_.node(n));
     if (!problem.empty()) {
       refusals[n] = problem;
@@ -266,11 +346,18 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     std::vector<NodeId> nodes;
     std::shared_ptr<const PointwiseGroup> pointwise;
     std::string why;
+    int claimed = -1;  // index into claimed.groups
   };
   std::vector<Unit> units;
   std::map<NodeId, int> unit_of;
-  for (const auto& nodes : groups) {
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& nodes = groups[gi];
     if (nodes.empty()) continue;  // merged into another
+    if (auto c = claimed_of_group.find(static_cast<int>(gi)); c != claimed_of_group.end()) {
+      for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
+      units.push_back({nodes, nullptr, {}, c->second});
+      continue;
+    }
     std::string why;
     std::shared_ptr<const PointwiseGroup> built;
     if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes) {
@@ -283,12 +370,12 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       continue;
     }
     for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-    units.push_back({nodes, built, std::move(why)});
+    units.push_back({nodes, built, std::move(why), -1});
   }
   for (NodeId n : partition_nodes) {
     if (unit_of.count(n)) continue;
     unit_of[n] = static_cast<int>(units.size());
-    units.push_back({{n}, nullptr, {}});
+    units.push_back({{n}, nullptr, {}, -1});
   }
 
   // Order: Kahn over the unit graph, smallest position first (a group sits
@@ -315,7 +402,9 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     const int u = ready.top().second;
     ready.pop();
     Unit& unit = units[static_cast<std::size_t>(u)];
-    if (unit.pointwise) {
+    if (unit.claimed >= 0) {
+      out.push_back(claimed.groups[static_cast<std::size_t>(unit.claimed)]);
+    } else if (unit.pointwise) {
       KernelGroup group;
       group.kind = KernelKind::Pointwise;
       group.nodes = unit.nodes;
@@ -342,7 +431,9 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   std::size_t placed = 0;
   for (const KernelGroup& group : out) placed += group.nodes.size();
   MB_ASSERT(placed == partition_nodes.size(), "pointwise groups of a partition form a cycle");
-  // Explain why the ATen runs were not generated.
+  // Explain why the ATen runs were not generated: a reduction's or norm's
+  // own reason beats "not a pointwise op".
+  for (const auto& [node, reason] : claimed.refusals) refusals[node] = reason;
   for (KernelGroup& group : out) {
     if (group.kind != KernelKind::AtenSequence) continue;
     std::string why;

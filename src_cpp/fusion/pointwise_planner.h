@@ -18,19 +18,23 @@
 #include <vector>
 
 #include "fusion/fusion_plan.h"
+#include "fusion/reduction_planner.h"
 
 namespace mybackend {
 
 // Why `node` cannot be in a generated pointwise group; empty when it can.
 std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
 
-// The kernel groups of one partition, in execution order: generated
+// The kernel groups of one partition, in execution order: the `claimed`
+// groups (reductions and norms, reduction_planner.h) as given, generated
 // pointwise groups where possible, the other nodes as aten_sequence runs.
-// `planner_state` carries the graph-wide dependency sets between calls.
+// A claimed group is one fixed unit: no elementwise node joins it, and
+// pointwise groups never form a cycle through it.
 class PointwisePlanner {
  public:
   PointwisePlanner(const Graph& graph, const FusionOptions& options);
-  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes);
+  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
+                                const ClaimedGroups& claimed = {});
 
  private:
   std::shared_ptr<const PointwiseGroup> build_group(const std::vector<NodeId>& nodes,

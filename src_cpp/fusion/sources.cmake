@@ -2,4 +2,8 @@ list(APPEND CORE_SOURCES
   fusion/fusion_plan.cpp
   fusion/type_promotion.cpp
   fusion/pointwise_lowering.cpp
-  fusion/pointwise_planner.cpp)
+  fusion/pointwise_planner.cpp
+  fusion/graph_index.cpp
+  fusion/reduction_lowering.cpp
+  fusion/norm_lowering.cpp
+  fusion/reduction_planner.cpp)

@@ -26,20 +26,23 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 // kernel cache); groups that fail keep only their ATen form.
 void Executor::compile_generated(const FusionPlan& fusion,
                                  const KernelCacheLocation& kernel_cache) {
-  std::vector<std::shared_ptr<const PointwiseGroup>> pointwise;
+  std::vector<const KernelGroup*> groups;
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
-      if (group.kind != KernelKind::Pointwise || !group.pointwise) continue;
+      const bool has_kernel = (group.kind == KernelKind::Pointwise && group.pointwise) ||
+                              (group.kind == KernelKind::Reduction && group.reduction) ||
+                              (group.kind == KernelKind::Norm && group.norm);
+      if (!has_kernel) continue;
       Generated generated;
       generated.status.partition = plan.partition;
       generated.status.group = static_cast<int>(g);
       generated_.push_back(std::move(generated));
-      pointwise.push_back(group.pointwise);
+      groups.push_back(&group);
     }
   }
-  std::vector<GeneratedCompileResult> results =
-      compile_pointwise_groups(*graph_, pointwise, kernel_cache);
+  // The groups' specs are shared_ptrs the kernels keep; the plan itself may go.
+  std::vector<GeneratedCompileResult> results = compile_generated_groups(*graph_, groups, kernel_cache);
   for (std::size_t k = 0; k < results.size(); ++k) {
     generated_[k].kernel = std::move(results[k].kernel);
     generated_[k].status.compiled = generated_[k].kernel != nullptr;
@@ -148,8 +151,16 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
   switch (step.kind) {
     case StepKind::KernelGroup:
       if (step.generated >= 0) {
-        if (generated_[static_cast<std::size_t>(step.generated)].kernel->run(slots, bindings)) {
+        const GeneratedKernel& kernel =
+            *generated_[static_cast<std::size_t>(step.generated)].kernel;
+        if (kernel.run(slots, bindings)) {
           counters_.generated.fetch_add(1, std::memory_order_relaxed);
+          switch (kernel.kind()) {
+            case KernelKind::Pointwise: counters_.generated_pointwise.fetch_add(1); break;
+            case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
+            case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
+            case KernelKind::AtenSequence: break;
+          }
         } else {
           counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
           for (std::size_t c : step.calls) calls_[c].run(slots);
@@ -202,6 +213,9 @@ ExecutionStats Executor::stats() const {
   stats.nodes_run_as_builtin = counters_.builtin.load();
   stats.nodes_run_in_python = counters_.python.load();
   stats.generated_kernels_run = counters_.generated.load();
+  stats.generated_pointwise_run = counters_.generated_pointwise.load();
+  stats.generated_reductions_run = counters_.generated_reductions.load();
+  stats.generated_norms_run = counters_.generated_norms.load();
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   return stats;
 }

@@ -36,9 +36,12 @@ struct ExecutionStats {
   std::int64_t nodes_run_as_aten_fallback = 0;
   std::int64_t nodes_run_as_builtin = 0;
   std::int64_t nodes_run_in_python = 0;
-  // Launches of generated kernels (one per pointwise group run on the GPU).
+  // Generated groups run on the GPU (all kinds), and per kind.
   std::int64_t generated_kernels_run = 0;
-  // Pointwise groups that ran their ATen form instead, for one call.
+  std::int64_t generated_pointwise_run = 0;
+  std::int64_t generated_reductions_run = 0;
+  std::int64_t generated_norms_run = 0;
+  // Generated groups that ran their ATen form instead, for one call.
   std::int64_t generated_kernel_fallbacks = 0;
 };
 
@@ -77,7 +80,8 @@ class Executor {
   };
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
-        generated{0}, generated_fallbacks{0};
+        generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
+        generated_fallbacks{0};
   };
 
   void compile_generated(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);
@@ -93,7 +97,7 @@ class Executor {
   std::vector<Step> steps_;
   struct Generated {
     GeneratedGroupStatus status;
-    std::unique_ptr<GeneratedPointwise> kernel;  // null: runs as ATen calls
+    std::unique_ptr<GeneratedKernel> kernel;  // null: runs as ATen calls
   };
   std::vector<Generated> generated_;
   SymbolBinder binder_;

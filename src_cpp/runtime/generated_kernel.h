@@ -1,9 +1,11 @@
-// Generated pointwise kernels at run time (CUDA engine I): compiled with
-// NVRTC when the graph is compiled, loaded into the GPU on first launch,
-// launched on the current PyTorch CUDA stream.
+// Generated kernels at run time (CUDA engine I: pointwise, reduction and
+// norm groups): compiled with NVRTC when the graph is compiled, loaded into
+// the GPU on first launch, launched on the current PyTorch CUDA stream.
+// One file per kind (pointwise_kernel.cpp, reduction_kernel.cpp,
+// norm_kernel.cpp); what they share is in kernel_launch.h.
 //
 // Note [Compile now, load later]
-// compile_pointwise_groups() runs in the runtime stage: it emits both spec
+// compile_generated_groups() runs in the runtime stage: it emits both spec
 // variants of each group (Note [Two pointwise variants]) and compiles them
 // through the process-wide KernelCache on a CompilePool. NVRTC needs no GPU,
 // so this works on CPU machines (PTX for the lowest architecture NVRTC
@@ -33,22 +35,24 @@
 
 namespace mybackend {
 
-class GeneratedPointwise {
+class GeneratedKernel {
  public:
-  virtual ~GeneratedPointwise() = default;
+  virtual ~GeneratedKernel() = default;
   // Runs the group on `slots`; false when this call must use the ATen form.
   virtual bool run(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
   // Why the group last fell back (empty: it never did).
   virtual std::string problem() const = 0;
   // "pointwise: mb_pointwise_<hash> (sm_90 cubin)": for reports.
   virtual std::string description() const = 0;
+  // The group's kind (for the per-kind counters).
+  virtual KernelKind kind() const = 0;
 };
 
 // Note [Generated kernels are opt-in for now]
 // Until the launch path has been validated on a GPU (tests/gpu/
 // test_fused_kernels.py), compiling and launching generated kernels needs
 // MYBACKEND_GENERATED_KERNELS=1 (read at each compile). Without it every
-// pointwise group is planned (and reported) but runs as ATen calls, with
+// generated group is planned (and reported) but runs as ATen calls, with
 // that reason in Executor::generated_groups().
 bool generated_kernels_enabled();
 
@@ -70,13 +74,14 @@ struct KernelCacheLocation {
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters();
 
 struct GeneratedCompileResult {
-  std::unique_ptr<GeneratedPointwise> kernel;  // null: the group runs as ATen calls
-  std::string problem;                         // why it is null
+  std::unique_ptr<GeneratedKernel> kernel;  // null: the group runs as ATen calls
+  std::string problem;                      // why it is null
 };
 
-// One result per group, in order (Note [Compile now, load later]).
-std::vector<GeneratedCompileResult> compile_pointwise_groups(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups,
+// One result per group (kind Pointwise, Reduction or Norm), in order
+// (Note [Compile now, load later]). The groups must outlive the kernels.
+std::vector<GeneratedCompileResult> compile_generated_groups(
+    const Graph& graph, const std::vector<const KernelGroup*>& groups,
     const KernelCacheLocation& cache = {});
 
 }  // namespace mybackend
