@@ -31,10 +31,13 @@ from typing import Any
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_leaves
 
 from mybackend import _C
+from mybackend.aot import compile_aten_graph
 from mybackend.decompositions import decomposition_table
+from mybackend.options import Options
 from mybackend.reports import collecting
 from tests.op_sweep import (
     Case,
@@ -64,6 +67,8 @@ from torch.testing._internal.common_methods_invocations import op_db  # noqa: E4
 # (no case is exercised there: generated kernels are CUDA only).
 DEVICE = "cuda"
 OPTIONS = {"generated_kernels": True, "min_fused_nodes": 1, "strict": True}
+_OPTIONS = Options.from_user(None, OPTIONS)
+_TABLE = decomposition_table()
 SAMPLES = int(os.environ.get("MYBACKEND_SWEEP_SAMPLES", "2"))
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # For OpInfos that take no floating dtype (bitwise ops).
@@ -240,14 +245,21 @@ def run_case(call: Call, case: Case) -> Case:
     outputs = [e for e in tree_leaves(expected) if isinstance(e, torch.Tensor)]
     if not outputs or any(e.device.type != DEVICE for e in outputs):
         raise NotApplicable(f"no {DEVICE} tensor output")
-    torch._dynamo.reset()  # a fresh compile per case: no dynamic shapes, no cache limit
-    compiled = torch.compile(call.run, backend="mybackend", options=OPTIONS, dynamic=False)
+    # Traced with our decomposition table and compiled through the same entry
+    # point aot_autograd calls (compile_aten_graph), without dynamo: a dynamo
+    # compile per case would cost seconds, and what the backend sees is the
+    # same core-ATen graph.
     records: list[Any] = []
     try:
-        with collecting() as records:
-            got = compiled(*compiled_inputs)
+        gm = make_fx(call.run, decomposition_table=_TABLE, tracing_mode="fake")(*compiled_inputs)
+        with collecting() as records:  # compiling publishes the record
+            compiled = compile_aten_graph(
+                gm, compiled_inputs, name=f"sweep.{case.label}", kind="inference", options=_OPTIONS
+            )
+            got = compiled(list(compiled_inputs))
         if DEVICE == "cuda":
             torch.cuda.synchronize()
+        got, expected = tree_leaves(got), tree_leaves(expected)
         case.ran_generated = generated_ops(records)
         _check_same(got, expected)
         _check_same(compiled_inputs, eager_inputs)  # same mutations (none, for these ops)
