@@ -29,6 +29,9 @@ REGISTRY: dict[str, dict[str, Any] | None] = {
     "cudagraphs": dict(backend="cudagraphs"),
     "mybackend": dict(backend="mybackend", mode="default"),
     "mybackend-reduce-overhead": dict(backend="mybackend", mode="reduce-overhead"),
+    # Generated kernels (pointwise, reduction, norm groups); also needs
+    # MYBACKEND_GENERATED_KERNELS=1 until they are GPU-validated.
+    "mybackend-generated": dict(backend="mybackend", options={"generated_kernels": True}),
 }
 
 # Backends whose point is CUDA graphs: on a CPU they measure nothing new.

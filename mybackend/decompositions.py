@@ -16,10 +16,14 @@ from torch._decomp import core_aten_decompositions
 
 aten = torch.ops.aten
 
-# Kept whole: fused attention kernels and the layer-norm backward kernel are
-# faster than the matmul/softmax/reduction chains the decompositions produce.
+# Kept whole: fused attention kernels and the layer-norm and softmax backward
+# kernels are faster than the matmul/softmax/reduction chains the
+# decompositions produce (the softmax backwards are one generated row-wise
+# kernel on CUDA: src_cpp/fusion/norm_lowering.h).
 KEPT_WHOLE: tuple[str, ...] = (
     "aten.native_layer_norm_backward.default",
+    "aten._softmax_backward_data.default",
+    "aten._log_softmax_backward_data.default",
     "aten.scaled_dot_product_attention.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
 )

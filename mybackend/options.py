@@ -55,10 +55,24 @@ class Options:
     )
     generated_kernels: bool = _field(
         False,
-        "Fuse elementwise ops of CUDA partitions into NVRTC-generated kernels (CUDA engine I, "
-        "experimental: off until validated on a GPU; the kernels also need "
+        "Fuse elementwise ops, reductions with their elementwise prologue/epilogue, and "
+        "softmax/layer-norm/RMS-norm of CUDA partitions into NVRTC-generated kernels (CUDA "
+        "engine I, experimental: off until validated on a GPU; the kernels also need "
         "MYBACKEND_GENERATED_KERNELS=1 to launch).",
         True,
+    )
+    min_fused_nodes: int = _field(
+        2,
+        "Smallest elementwise group that becomes a generated kernel; smaller groups run "
+        "as ATen calls (a lone op gains nothing from fusion; 1 tests kernels op by op).",
+        True,
+    )
+    kernel_cache_dir: str | None = _field(
+        None,
+        "Folder of the disk cache of generated kernels (created with mode 0700); 'off' "
+        "or '' keeps them in this process's memory only. None: MYBACKEND_CACHE_DIR (a "
+        "folder, or 0/off/empty for memory only), else $XDG_CACHE_HOME/mybackend, else "
+        "~/.cache/mybackend.",
     )
     cublaslt: bool = _field(
         True,
@@ -112,6 +126,16 @@ class Options:
         """Where dumps go: the dump_dir option, else MYBACKEND_DUMP_DIR, else nowhere."""
         return self.dump_dir or os.environ.get("MYBACKEND_DUMP_DIR") or None
 
+    def kernel_cache_location(self) -> str | None:
+        """kernel_cache_dir for the core: None (the environment decides), "" (no disk
+        cache) or an absolute path (relative ones are taken from the working folder
+        now, so that a later chdir does not move the cache)."""
+        if self.kernel_cache_dir is None:
+            return None
+        if self.kernel_cache_dir in ("", "off"):
+            return ""
+        return os.path.abspath(os.path.expanduser(self.kernel_cache_dir))
+
     def user_dict(self) -> dict[str, Any]:
         """The fields that differ from their defaults (what a user would pass)."""
         return {
@@ -126,6 +150,8 @@ class Options:
             "cuda_graphs": self.cuda_graphs,
             "max_cuda_graphs": self.max_cuda_graphs,
             "generated_kernels": self.generated_kernels,
+            "min_fused_nodes": self.min_fused_nodes,
+            "kernel_cache_dir": self.kernel_cache_location(),
             "cublaslt": self.cublaslt,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),

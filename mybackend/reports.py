@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,23 +24,31 @@ class GraphRecord:
     repro_path: str | None = None  # the reproducer written when compiling failed
 
 
-_sink: contextvars.ContextVar[list[GraphRecord] | None] = contextvars.ContextVar(
-    "mybackend_report_sink", default=None
-)
+# Note [Records from any thread]
+# Graphs compile where they first run: a backward graph compiles inside
+# autograd's engine, which runs CUDA work on its own device threads. A
+# context variable set by the caller is invisible there, so the open sinks
+# are process-wide: every block that is collecting sees every graph compiled
+# while it is open, whichever thread compiles it.
+_sinks: list[list[GraphRecord]] = []
+_sinks_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def collecting() -> Iterator[list[GraphRecord]]:
-    """Collects the records of every graph compiled inside the block."""
+    """Collects the records of every graph compiled while the block runs."""
     records: list[GraphRecord] = []
-    token = _sink.set(records)
+    with _sinks_lock:
+        _sinks.append(records)
     try:
         yield records
     finally:
-        _sink.reset(token)
+        with _sinks_lock:
+            # by identity: two open blocks may hold equal lists
+            del _sinks[next(i for i, sink in enumerate(_sinks) if sink is records)]
 
 
 def publish(record: GraphRecord) -> None:
-    sink = _sink.get()
-    if sink is not None:
-        sink.append(record)
+    with _sinks_lock:
+        for sink in _sinks:
+            sink.append(record)

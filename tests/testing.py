@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -68,5 +68,32 @@ def run_in_fresh_python(code: str, timeout: float = 240.0) -> subprocess.Complet
         text=True,
         timeout=timeout,
         env=env,
+        check=False,
+    )
+
+
+def run_with_this_sys_path(
+    code: str, env: Mapping[str, str] | None = None, timeout: float = 240.0
+) -> subprocess.CompletedProcess[str]:
+    """Runs code in a new interpreter that imports exactly what this one does.
+
+    run_in_fresh_python's child resolves imports through its own site setup
+    (an editable install may point at another checkout); this one skips site
+    (-S) and gets this process's sys.path, with the folder of the mybackend
+    package imported here first, so a test about cross-process behaviour
+    tests this tree's code. `env` replaces the environment (default: this
+    process's), PYTHONPATH aside.
+    """
+    import mybackend
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(mybackend.__file__)))
+    paths = [package_root] + [p for p in sys.path if p and p != package_root]
+    child_env = {**(os.environ if env is None else env), "PYTHONPATH": os.pathsep.join(paths)}
+    return subprocess.run(
+        [sys.executable, "-S", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env,
         check=False,
     )

@@ -54,6 +54,10 @@ def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     return F.layer_norm(x, (x.shape[-1],), w, b)
 
 
+def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+
 def softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
@@ -67,6 +71,14 @@ def _with_affine(rows: int, cols: int) -> Maker:
         x = torch.randn(rows, cols, generator=gen)
         w, b = torch.randn(cols, generator=gen), torch.randn(cols, generator=gen)
         return tuple(t.to(device, torch.bfloat16) for t in (x, w, b))
+
+    return make
+
+
+def _with_weight(rows: int, cols: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x, w = torch.randn(rows, cols, generator=gen), torch.randn(cols, generator=gen)
+        return tuple(t.to(device, torch.bfloat16) for t in (x, w))
 
     return make
 
@@ -103,6 +115,14 @@ CASES: dict[str, MicroCase] = {
             (2 * ROWS * COLS + 2 * COLS) * BF16,
             8 * ROWS * COLS,
             f"layer norm over the last dim of {ROWS}x{COLS} bf16",
+        ),
+        MicroCase(
+            "rms_norm",
+            rms_norm,
+            _with_weight(ROWS, COLS),
+            (2 * ROWS * COLS + COLS) * BF16,
+            4 * ROWS * COLS,
+            f"RMS norm (F.rms_norm) over the last dim of {ROWS}x{COLS} bf16",
         ),
         MicroCase(
             "softmax",

@@ -2,6 +2,7 @@
 
 #include "bindings/bindings.h"
 #include "common/error.h"
+#include "fusion/pointwise_lowering.h"
 #include "pipeline/pipeline.h"
 #include "runtime/generated_kernel.h"
 #ifdef MYBACKEND_WITH_CUDA
@@ -24,10 +25,17 @@ CapabilityOptions capability_options_from(const py::dict& options) {
 namespace {
 
 CompileOptions compile_options_from(const py::dict& options) {
-  static const char* const kKeys[] = {
-      "disabled_ops", "disabled_op_classes", "min_partition_size", "allow_single_node_partition",
-      "cuda_graphs",  "static_inputs",       "max_cuda_graphs",    "generated_kernels",
-      "cublaslt"};
+  static const char* const kKeys[] = {"disabled_ops",
+                                      "disabled_op_classes",
+                                      "min_partition_size",
+                                      "allow_single_node_partition",
+                                      "cuda_graphs",
+                                      "static_inputs",
+                                      "max_cuda_graphs",
+                                      "generated_kernels",
+                                      "min_fused_nodes",
+                                      "kernel_cache_dir",
+                                      "cublaslt"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -49,7 +57,17 @@ CompileOptions compile_options_from(const py::dict& options) {
     out.cuda_graphs.static_inputs = options["static_inputs"].cast<std::vector<int>>();
   }
   if (options.contains("generated_kernels")) {
-    out.fusion.pointwise = options["generated_kernels"].cast<bool>();
+    out.fusion.generated_kernels = options["generated_kernels"].cast<bool>();
+  }
+  if (options.contains("min_fused_nodes")) {
+    out.fusion.min_pointwise_nodes = options["min_fused_nodes"].cast<int>();
+  }
+  // None (or absent): the environment decides; "": memory only; else a path.
+  if (options.contains("kernel_cache_dir") && !options["kernel_cache_dir"].is_none()) {
+    const auto dir = options["kernel_cache_dir"].cast<std::string>();
+    out.kernel_cache.kind =
+        dir.empty() ? KernelCacheLocation::Kind::Off : KernelCacheLocation::Kind::Directory;
+    out.kernel_cache.directory = dir;
   }
   if (options.contains("cublaslt")) out.fusion.matmul = options["cublaslt"].cast<bool>();
   if (options.contains("max_cuda_graphs")) {
@@ -107,9 +125,13 @@ py::list node_reports(const Graph& graph, const CompileReport& report) {
 // empty for groups that run as ATen calls.
 std::string generated_source(const KernelGroup& group) {
 #ifdef MYBACKEND_WITH_CUDA
-  if (group.kind != KernelKind::Pointwise || !group.pointwise) return {};
   try {
-    return emit_pointwise(group.pointwise->spec).source;
+    if (group.kind == KernelKind::Pointwise && group.pointwise)
+      return emit_pointwise(group.pointwise->spec).source;
+    if (group.kind == KernelKind::Reduction && group.reduction)
+      return emit_reduction(group.reduction->spec).source;
+    if (group.kind == KernelKind::Norm && group.norm) return emit_norm(group.norm->spec).source;
+    return {};
   } catch (const std::exception& e) {
     return std::string("(source unavailable: ") + e.what() + ")";
   }
@@ -164,6 +186,9 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["nodes_run_as_builtin"] = stats.nodes_run_as_builtin;
   out["nodes_run_in_python"] = stats.nodes_run_in_python;
   out["generated_kernels_run"] = stats.generated_kernels_run;
+  out["generated_pointwise_run"] = stats.generated_pointwise_run;
+  out["generated_reductions_run"] = stats.generated_reductions_run;
+  out["generated_norms_run"] = stats.generated_norms_run;
   out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   out["matmul_groups_run"] = stats.matmul_groups_run;
   out["matmul_fallbacks"] = stats.matmul_fallbacks;
@@ -203,6 +228,8 @@ void bind_compile(py::module_& m) {
         return out;
       },
       "Counters of the process's generated-kernel cache: memory and disk hits, compiles.");
+  m.def("generated_pointwise_ops", &pointwise_lowering_ops,
+        "The ATen overloads the pointwise planner can put in a generated kernel (sorted).");
   m.def(
       "compile",
       [](std::shared_ptr<Graph> graph, const py::dict& options, py::object python_fallback) {

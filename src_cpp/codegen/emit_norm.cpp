@@ -52,8 +52,9 @@ struct Entry {
   }
   std::string write(const std::string& callee) const {
     std::ostringstream out;
-    out << "extern \"C\" __global__ void __launch_bounds__(" << abi.block_x * abi.block_y << ") "
-        << abi.name << "(" << params.str() << ") {\n  " << callee << "(";
+    out << "extern \"C\" __global__ void __launch_bounds__("
+        << std::to_string(abi.block_x * abi.block_y) << ") " << abi.name << "(" << params.str()
+        << ") {\n  " << callee << "(";
     for (std::size_t k = 0; k < call_args.size(); ++k) out << (k ? ", " : "") << call_args[k];
     out << ");\n}\n";
     return out.str();

@@ -78,9 +78,10 @@ void members(const Side& side, bool with_outputs, std::ostringstream& src) {
     if (spec.scalars[k].is_argument)
       src << "  " << compute_type(spec.scalars[k].dtype) << " s" << std::to_string(k) << ";\n";
   }
-  if (needs_shape(side, with_outputs)) src << "  mb::Dims<" << spec.rank << "> shape;\n";
+  if (needs_shape(side, with_outputs))
+    src << "  mb::Dims<" << std::to_string(spec.rank) << "> shape;\n";
   for (const auto& t : strided_of(side, with_outputs)) {
-    if (t.rank > 0) src << "  mb::Dims<" << t.rank << "> " << t.strides << ";\n";
+    if (t.rank > 0) src << "  mb::Dims<" << std::to_string(t.rank) << "> " << t.strides << ";\n";
   }
 }
 
@@ -313,15 +314,16 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
   add_dims_params(out, true, p.store_init, p);
 
   const std::string reducer = reducer_type(spec.op, acc_dtype);
-  src << "extern \"C\" __global__ void __launch_bounds__(" << entry.block_x * entry.block_y << ") "
-      << entry.name << "(" << p.src.str() << ") {\n"
+  src << "extern \"C\" __global__ void __launch_bounds__("
+      << std::to_string(entry.block_x * entry.block_y) << ") " << entry.name << "(" << p.src.str()
+      << ") {\n"
       << "  const Load load{" << join(p.load_init) << "};\n"
       << "  const Store store{" << join(p.store_init) << "};\n";
   if (spec.axis == ReduceAxis::Outer) {
     src << "  mb::reduce_outer<" << reducer
         << ", I>(load, store, static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner));\n";
   } else if (inner_block) {
-    src << "  mb::reduce_inner_block<" << reducer << ", I, " << vec
+    src << "  mb::reduce_inner_block<" << reducer << ", I, " << std::to_string(vec)
         << ">(load, store, static_cast<I>(rows), static_cast<I>(n));\n";
   } else {
     src << "  mb::reduce_inner_warp<" << reducer

@@ -44,6 +44,10 @@ std::string encode_payload(const CompiledKernel& kernel) {
   return std::string(1, static_cast<char>(kernel.kind)) + kernel.image;
 }
 
+std::string path_for_key(const std::string& key, const std::string& directory) {
+  return directory.empty() ? std::string() : directory + "/" + hex(fnv1a64(key)) + ".mbk";
+}
+
 std::optional<CompiledKernel> decode_payload(const std::string& payload) {
   if (payload.size() < 2) return std::nullopt;
   const auto kind = static_cast<ImageKind>(payload[0]);
@@ -69,7 +73,12 @@ std::optional<std::string> resolve_cache_directory(const KernelCacheOptions& opt
     if (value && value->empty()) return std::nullopt;
     return value;
   };
-  if (auto dir = non_empty("MYBACKEND_CACHE_DIR")) return dir;
+  // Set but empty, "0" or "off": no disk cache (unset falls through).
+  if (std::optional<std::string> dir = env("MYBACKEND_CACHE_DIR")) {
+    if (!dir->empty() && *dir != "0" && *dir != "off") return dir;
+    if (why != nullptr) *why = "the disk cache is off (MYBACKEND_CACHE_DIR=\"" + *dir + "\")";
+    return std::nullopt;
+  }
   // The XDG spec says to ignore relative paths here.
   if (auto xdg = non_empty("XDG_CACHE_HOME"); xdg && xdg->front() == '/')
     return *xdg + "/mybackend";
@@ -78,14 +87,21 @@ std::optional<std::string> resolve_cache_directory(const KernelCacheOptions& opt
   return std::nullopt;
 }
 
+std::optional<std::string> open_entries_directory(const std::string& root, std::string* why) {
+  // Entries live one level down, so that other caches can share the root.
+  const std::string entries = root + "/kernels";
+  if (!cache_file::ensure_private_directory(entries, why)) return std::nullopt;
+  return entries;
+}
+
 KernelCache::KernelCache(KernelCacheOptions options, const EnvLookup& env)
     : options_(std::move(options)), nvrtc_version_(nvrtc_version()) {
   if (options_.mode != KernelCacheMode::MemoryAndDisk) return;
   std::string why;
   std::optional<std::string> root = resolve_cache_directory(options_, env, &why);
-  // Entries live one level down, so that other caches can share the root.
-  if (root && cache_file::ensure_private_directory(*root + "/kernels", &why)) {
-    directory_ = *root + "/kernels";
+  std::optional<std::string> entries = root ? open_entries_directory(*root, &why) : std::nullopt;
+  if (entries) {
+    directory_ = *entries;
   } else {
     disk_problem_ = why;
   }
@@ -104,12 +120,8 @@ std::string KernelCache::key(const CompileRequest& request) const {
          "\ndriver=" + options_.driver_version + "\n";
 }
 
-std::string KernelCache::path_for_key(const std::string& key) const {
-  return directory_.empty() ? std::string() : directory_ + "/" + hex(fnv1a64(key)) + ".mbk";
-}
-
 std::string KernelCache::entry_path(const CompileRequest& request) const {
-  return path_for_key(key(request));
+  return path_for_key(key(request), directory_);
 }
 
 KernelCacheStats KernelCache::stats() const {
@@ -123,10 +135,12 @@ std::shared_ptr<const CompiledKernel> KernelCache::find_in_memory(const std::str
   return it == memory_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const CompiledKernel> KernelCache::load_from_disk(const std::string& key) {
-  if (directory_.empty()) return nullptr;
+std::shared_ptr<const CompiledKernel> KernelCache::load_from_disk(const std::string& key,
+                                                                  const std::string& directory) {
+  if (directory.empty()) return nullptr;
   std::string why;
-  std::optional<std::string> bytes = cache_file::read(path_for_key(key), kMaxEntryBytes, &why);
+  std::optional<std::string> bytes =
+      cache_file::read(path_for_key(key, directory), kMaxEntryBytes, &why);
   if (!bytes) {
     if (!why.empty()) ++disk_rejects_;  // present but unreadable; absent is a plain miss
     return nullptr;
@@ -140,17 +154,19 @@ std::shared_ptr<const CompiledKernel> KernelCache::load_from_disk(const std::str
   return std::make_shared<const CompiledKernel>(std::move(*kernel));
 }
 
-void KernelCache::store_to_disk(const std::string& key, const CompiledKernel& kernel) {
-  if (directory_.empty()) return;
+void KernelCache::store_to_disk(const std::string& key, const CompiledKernel& kernel,
+                                const std::string& directory) {
+  if (directory.empty()) return;
   std::string why;
   // A failed write costs only a recompile next time: count it, carry on.
-  if (!cache_file::write_atomically(path_for_key(key),
+  if (!cache_file::write_atomically(path_for_key(key, directory),
                                     cache_file::encode(key, encode_payload(kernel)), &why)) {
     ++disk_write_failures_;
   }
 }
 
-std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& request) {
+std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& request,
+                                                       const std::string& entries_directory) {
   if (options_.mode == KernelCacheMode::Disabled) {
     ++compiles_;
     return std::make_shared<const CompiledKernel>(compile_cuda(request));
@@ -160,13 +176,13 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& req
     ++memory_hits_;
     return hit;
   }
-  std::shared_ptr<const CompiledKernel> kernel = load_from_disk(k);
+  std::shared_ptr<const CompiledKernel> kernel = load_from_disk(k, entries_directory);
   if (kernel) {
     ++disk_hits_;
   } else {
     ++compiles_;
     kernel = std::make_shared<const CompiledKernel>(compile_cuda(request));
-    store_to_disk(k, *kernel);
+    store_to_disk(k, *kernel, entries_directory);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   // Another thread may have got there first; keep one copy.
@@ -174,7 +190,8 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& req
 }
 
 std::vector<CompileOutcome> KernelCache::get_all(const std::vector<CompileRequest>& requests,
-                                                 const CompilePool& pool) {
+                                                 const CompilePool& pool,
+                                                 const std::string& entries_directory) {
   std::vector<CompileOutcome> outcomes(requests.size());
   // first[i]: the earliest request with request i's key.
   std::vector<std::size_t> first(requests.size());
@@ -188,7 +205,7 @@ std::vector<CompileOutcome> KernelCache::get_all(const std::vector<CompileReques
   pool.parallel_for(unique.size(), [&](std::size_t u) {
     const std::size_t i = unique[u];
     try {
-      outcomes[i].kernel = get(requests[i]);
+      outcomes[i].kernel = get(requests[i], entries_directory);
     } catch (const std::exception& e) {
       outcomes[i].error = e.what();
     }

@@ -30,8 +30,9 @@ enum class KernelCacheMode : std::int8_t {
 
 struct KernelCacheOptions {
   KernelCacheMode mode = KernelCacheMode::MemoryAndDisk;
-  // Explicit directory; empty: $MYBACKEND_CACHE_DIR, else
-  // $XDG_CACHE_HOME/mybackend, else ~/.cache/mybackend.
+  // Explicit root directory; empty: $MYBACKEND_CACHE_DIR (where "", "0" or
+  // "off" mean no disk cache), else $XDG_CACHE_HOME/mybackend, else
+  // ~/.cache/mybackend.
   std::string directory;
   // Part of every key, e.g. "driver=13000 torch=2.11": what the caller knows
   // changes how an image loads or runs.
@@ -42,9 +43,15 @@ struct KernelCacheOptions {
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_environment();
 
-// The directory the disk cache uses, or nullopt with the reason in *why.
+// The root directory the disk cache uses, or nullopt with the reason in
+// *why (none can be found, or MYBACKEND_CACHE_DIR turns the disk cache off).
 std::optional<std::string> resolve_cache_directory(const KernelCacheOptions& options,
                                                    const EnvLookup& env, std::string* why);
+
+// Creates (mode 0700) and checks the entries directory under `root`
+// (Permissions in docs/design/0002-kernel-cache.md); nullopt with the
+// reason in *why when it is unusable.
+std::optional<std::string> open_entries_directory(const std::string& root, std::string* why);
 
 struct KernelCacheStats {
   std::uint64_t memory_hits = 0;
@@ -61,11 +68,24 @@ class KernelCache {
   KernelCache& operator=(const KernelCache&) = delete;
 
   // From memory, else disk, else NVRTC. Throws Error when compiling fails.
-  std::shared_ptr<const CompiledKernel> get(const CompileRequest& request);
+  std::shared_ptr<const CompiledKernel> get(const CompileRequest& request) {
+    return get(request, directory_);
+  }
   // Many at once: misses compile in parallel on `pool`; requests with equal
   // keys compile once. Outcomes come back in request order.
   std::vector<CompileOutcome> get_all(const std::vector<CompileRequest>& requests,
-                                      const CompilePool& pool);
+                                      const CompilePool& pool) {
+    return get_all(requests, pool, directory_);
+  }
+  // The same with the disk half in `entries_directory` (from
+  // open_entries_directory; empty: memory only) instead of directory():
+  // one process-wide memory cache can serve compiles whose disk cache
+  // lives in different places (option kernel_cache_dir).
+  std::shared_ptr<const CompiledKernel> get(const CompileRequest& request,
+                                            const std::string& entries_directory);
+  std::vector<CompileOutcome> get_all(const std::vector<CompileRequest>& requests,
+                                      const CompilePool& pool,
+                                      const std::string& entries_directory);
 
   // The full key text (Note [Cache entry format] stores and compares it).
   std::string key(const CompileRequest& request) const;
@@ -79,9 +99,10 @@ class KernelCache {
 
  private:
   std::shared_ptr<const CompiledKernel> find_in_memory(const std::string& key);
-  std::shared_ptr<const CompiledKernel> load_from_disk(const std::string& key);
-  void store_to_disk(const std::string& key, const CompiledKernel& kernel);
-  std::string path_for_key(const std::string& key) const;
+  std::shared_ptr<const CompiledKernel> load_from_disk(const std::string& key,
+                                                       const std::string& directory);
+  void store_to_disk(const std::string& key, const CompiledKernel& kernel,
+                     const std::string& directory);
 
   KernelCacheOptions options_;
   std::string nvrtc_version_;

@@ -139,13 +139,18 @@ std::string ReductionSpec::to_string() const {
 
 std::uint64_t ReductionSpec::hash() const { return fnv1a64(to_string()); }
 
+// "1"/"0", as streaming a bool prints it, without the locale's num_put
+// (Note in docs/design/0004-fusion-planner.md: it crashed on the GPU image).
+static const char* flag(bool value) { return value ? "1" : "0"; }
+
 std::string NormSpec::to_string() const {
   std::ostringstream out;
   out << "norm " << norm_kind_name(kind) << " dtype=" << dtype_short_name(dtype)
       << " out=" << dtype_short_name(out_dtype) << " weight=" << dtype_short_name(weight_dtype)
-      << " has_weight=" << has_weight << " has_bias=" << has_bias << " save_stats=" << save_stats
-      << " param_grads=" << param_grads << " aligned=" << aligned
-      << " index=" << (index64 ? "i64" : "i32") << " threads=" << std::to_string(threads) << "\n";
+      << " has_weight=" << flag(has_weight) << " has_bias=" << flag(has_bias)
+      << " save_stats=" << flag(save_stats) << " param_grads=" << flag(param_grads)
+      << " aligned=" << flag(aligned) << " index=" << (index64 ? "i64" : "i32")
+      << " threads=" << std::to_string(threads) << "\n";
   return out.str();
 }
 

@@ -1,10 +1,13 @@
 #include "fusion/fusion_plan.h"
 
-#include <map>
+#include <memory>
 #include <sstream>
 
+#include "fusion/claimed_groups.h"
+#include "fusion/graph_index.h"
 #include "fusion/matmul_planner.h"
 #include "fusion/pointwise_planner.h"
+#include "fusion/reduction_planner.h"
 
 namespace mybackend {
 
@@ -12,6 +15,8 @@ std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::AtenSequence: return "aten_sequence";
     case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::Norm: return "norm";
     case KernelKind::Matmul: return "matmul";
   }
   return "unknown";
@@ -52,31 +57,36 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
                        const FusionOptions& options) {
   FusionPlan plan;
   plan.partitions.reserve(partitions.partitions.size());
-  std::unique_ptr<PointwisePlanner> pointwise;
+  // Built on the first CUDA partition an engine looks at; shared by all.
+  std::unique_ptr<GraphIndex> index;
   std::unique_ptr<MatmulPlanner> matmul;
+  std::unique_ptr<PointwisePlanner> pointwise;
   for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
     PartitionPlan partition_plan;
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
     const bool cuda = any_cuda_node(graph, nodes);
-    // Matrix products first: their epilogue ops are not offered to the
-    // pointwise planner, which places the matmul groups as fixed units.
-    std::vector<KernelGroup> matmul_groups;
-    std::map<NodeId, std::string> refusals;
-    if (options.matmul && cuda) {
-      if (!matmul) matmul = std::make_unique<MatmulPlanner>(graph);
-      matmul_groups = matmul->plan(nodes, refusals);
+    const bool engines = cuda && (options.matmul || options.generated_kernels);
+    if (engines && !index) {
+      index = std::make_unique<GraphIndex>(graph);
+      matmul = std::make_unique<MatmulPlanner>(*index);
+      pointwise = std::make_unique<PointwisePlanner>(*index, options);
     }
-    if (cuda && (options.pointwise || !matmul_groups.empty())) {
-      if (!pointwise) pointwise = std::make_unique<PointwisePlanner>(graph, options);
-      partition_plan.groups = pointwise->plan(nodes, std::move(matmul_groups), refusals);
+    // Claiming planners in order (Note [Claimed groups]): products first,
+    // then reductions and norms; elementwise groups grow around them.
+    ClaimedGroups claimed;
+    if (cuda && options.matmul) matmul->claim(nodes, claimed);
+    if (cuda && options.generated_kernels) claim_reduction_groups(*index, nodes, claimed);
+    if (cuda && (options.generated_kernels || !claimed.groups().empty())) {
+      partition_plan.groups = pointwise->plan(nodes, claimed);
     } else {
-      // CPU partitions: one ATen sequence, exactly as before the CUDA engines.
+      // CPU partitions (and CUDA ones no engine touches): one ATen sequence,
+      // exactly as before the CUDA engines.
       KernelGroup group;
       group.kind = KernelKind::AtenSequence;
       group.nodes.assign(nodes.begin(), nodes.end());
       group.why = "no generated-kernel engine claims these nodes on this target";
-      for (const auto& [node, reason] : refusals)
+      for (const auto& [node, reason] : claimed.refusals())
         group.why += "; " + graph.node(node).name + ": " + reason;
       partition_plan.groups.push_back(std::move(group));
     }

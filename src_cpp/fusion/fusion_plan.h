@@ -3,17 +3,24 @@
 // A KernelGroup is the unit the runtime launches: a generated fused kernel,
 // a library call, or (where no engine claims the nodes yet) the nodes run
 // one by one as ATen calls inside the partition. Which kinds exist depends on
-// the target: on CPU every group is an ATen sequence; on CUDA, maximal convex
-// groups of elementwise nodes become one generated pointwise kernel each
-// (pointwise_planner.h, docs/design/0004-fusion-planner.md), and matrix
+// the target: on CPU every group is an ATen sequence; on CUDA, matrix
 // products with their transposed operands and epilogues become one cuBLASLt
-// call each (matmul_planner.h, docs/design/0005-matmul-engine.md).
+// call each (matmul_planner.h, docs/design/0005-matmul-engine.md),
+// reductions with their elementwise prologue/epilogue and row-wise
+// normalizations (softmax, layer norm, RMS norm) become one generated kernel
+// each (reduction_planner.h, docs/design/0006-reduction-fusion.md), and
+// maximal convex groups of the remaining elementwise nodes become one
+// generated pointwise kernel each (pointwise_planner.h,
+// docs/design/0004-fusion-planner.md). The first two claim their nodes
+// before the pointwise planner runs (Note [Claimed groups] in
+// claimed_groups.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "capability/registry.h"
@@ -23,7 +30,7 @@
 
 namespace mybackend {
 
-enum class KernelKind : std::int8_t { AtenSequence, Pointwise, Matmul };
+enum class KernelKind : std::int8_t { AtenSequence, Pointwise, Reduction, Norm, Matmul };
 
 std::string_view kernel_kind_name(KernelKind kind);
 
@@ -43,13 +50,50 @@ struct PointwiseGroup {
   std::vector<ValueId> outputs;  // spec.outputs[k] stores outputs[k]
 };
 
+// What the runtime needs to launch a generated reduction group: an
+// elementwise prologue over the input, one reduction over a contiguous range
+// of dims, an elementwise epilogue over the result (Note [Reduction groups]
+// in reduction_planner.h). `spec` and `general` follow Note [Two pointwise
+// variants]: the general one has every tensor Strided and 64-bit indexing.
+struct ReductionGroup {
+  ReductionSpec spec;
+  ReductionSpec general;
+  ValueId reduced = -1;  // the reduction node's input: its sizes are the input space
+  ValueId result = -1;   // the reduction node's output: its sizes are the output space
+  int reduce_begin = 0;  // reduced dims of `reduced`: [reduce_begin, reduce_end)
+  int reduce_end = 0;
+  std::vector<ValueId> inputs;  // prologue inputs: spec.prologue->inputs[k] reads inputs[k]
+  // Epilogue inputs; entry 0 stands for the reduced value (no tensor).
+  std::vector<ValueId> epilogue_inputs;
+  std::vector<ValueId> outputs;  // spec.epilogue->outputs[k] stores outputs[k]
+};
+
+// What the runtime needs to launch a generated row-wise normalization
+// (Note [Norm groups] in reduction_planner.h). Rows are contiguous in the
+// kernel's view: the runtime makes `x`-like inputs contiguous first, as
+// eager's kernels do. `spec` is the 16-byte-aligned (vectorised) variant,
+// `general` the unaligned one with 64-bit indexing.
+struct NormGroup {
+  NormSpec spec;
+  NormSpec general;
+  int normalized_dims = 1;  // cols = product of the last normalized_dims sizes of `rows_of`
+  ValueId rows_of = -1;     // the value whose shape is [rows..., cols...]
+  double eps = 0.0;
+  // Kernel pointer parameter name ("x", "weight", "grad_out", ...) -> value.
+  // Inputs are read, outputs are allocated by the runtime (IR sizes).
+  std::vector<std::pair<std::string, ValueId>> inputs;
+  std::vector<std::pair<std::string, ValueId>> outputs;
+};
+
 struct KernelGroup {
   KernelKind kind = KernelKind::AtenSequence;
   std::vector<NodeId> nodes;  // ascending: the order they run in (aten_sequence)
   std::string why;            // why this kind was chosen, for explain()
   std::shared_ptr<const PointwiseGroup> pointwise;  // kind == Pointwise
+  std::shared_ptr<const ReductionGroup> reduction;  // kind == Reduction
+  std::shared_ptr<const NormGroup> norm;            // kind == Norm
   std::shared_ptr<const MatmulSpec> matmul;         // kind == Matmul
-  // The spec text (PointwiseSpec::to_string of the fast variant, or
+  // The spec text (of the fast variant for generated groups, or
   // MatmulSpec::to_string); empty for aten_sequence groups.
   std::string spec;
 };
@@ -67,8 +111,9 @@ struct FusionPlan {
 };
 
 struct FusionOptions {
-  // Generated pointwise kernels on CUDA partitions (option generated_kernels).
-  bool pointwise = false;
+  // Generated kernels (pointwise, reduction, norm) on CUDA partitions
+  // (option generated_kernels).
+  bool generated_kernels = false;
   // Groups smaller than this stay ATen calls (a lone op gains nothing).
   int min_pointwise_nodes = 2;
   // Matrix products of CUDA partitions as cuBLASLt calls with fused

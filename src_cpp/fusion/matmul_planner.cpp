@@ -128,28 +128,15 @@ std::string matmul_candidate_problem(const Graph& graph, const Node& node) {
 
 struct MatmulPlanner::Context {
   std::set<NodeId> partition;
-  std::set<NodeId> claimed;  // by earlier groups of this partition
-  std::set<NodeId> members;  // of the group being built
+  const ClaimedGroups* claimed = nullptr;  // by this and earlier planners
+  std::set<NodeId> members;                // of the group being built
   std::vector<std::string> notes;
   bool usable(NodeId n) const {
-    return partition.count(n) && !claimed.count(n) && !members.count(n);
+    return partition.count(n) && !claimed->claimed(n) && !members.count(n);
   }
 };
 
-MatmulPlanner::MatmulPlanner(const Graph& graph)
-    : graph_(graph),
-      users_(graph.node_users()),
-      value_users_(graph.values().size()),
-      graph_output_(graph.values().size(), false) {
-  for (const Node& node : graph.nodes()) {
-    for (ValueId v : node.input_values()) {
-      auto& readers = value_users_[static_cast<std::size_t>(v)];
-      if (readers.empty() || readers.back() != node.id) readers.push_back(node.id);
-    }
-  }
-  for (const Argument& out : graph.outputs())
-    out.for_each_value([&](ValueId v) { graph_output_[static_cast<std::size_t>(v)] = true; });
-}
+MatmulPlanner::MatmulPlanner(const GraphIndex& index) : index_(index), graph_(index.graph) {}
 
 // Follows transposes of the last two dims back from `value`; a transpose
 // joins the group when only the group reads it.
@@ -162,8 +149,9 @@ MatmulOperand MatmulPlanner::resolve_operand(ValueId value, NodeId reader, Conte
     if (v.producer == kGraphInput) break;
     const Node& producer = graph_.node(v.producer);
     if (!swaps_last_two_dims(graph_, producer)) break;
-    const auto& readers = value_users_[static_cast<std::size_t>(operand.value)];
-    absorbing = absorbing && ctx.usable(producer.id) && !graph_output_[operand.value] &&
+    const auto& readers = index_.readers[static_cast<std::size_t>(operand.value)];
+    absorbing = absorbing && ctx.usable(producer.id) &&
+                !index_.graph_output[static_cast<std::size_t>(operand.value)] &&
                 readers.size() == 1 && readers[0] == next_reader;
     if (absorbing) ctx.members.insert(producer.id);
     next_reader = producer.id;
@@ -188,8 +176,10 @@ void MatmulPlanner::match_epilogue(MatmulSpec& spec, Context& ctx) const {
     spec.output = current;
   };
   while (true) {
-    const auto& readers = value_users_[static_cast<std::size_t>(current)];
-    if (graph_output_[current] || readers.size() != 1 || !ctx.usable(readers[0])) return;
+    const auto& readers = index_.readers[static_cast<std::size_t>(current)];
+    if (index_.graph_output[static_cast<std::size_t>(current)] || readers.size() != 1 ||
+        !ctx.usable(readers[0]))
+      return;
     const Node& user = graph_.node(readers[0]);
     if (user.outputs.size() != 1 || tensor_arg(graph_, user, 0) < 0) return;
     const TensorType& out = graph_.value(user.outputs[0]).tensor;
@@ -252,7 +242,7 @@ void MatmulPlanner::match_bias_grad(MatmulSpec& spec, Context& ctx) const {
   for (const Candidate& c : candidates) {
     const TensorType& g = graph_.value(c.g).tensor;
     if (g.rank() != 2) continue;
-    for (NodeId s : value_users_[static_cast<std::size_t>(c.g)]) {
+    for (NodeId s : index_.readers[static_cast<std::size_t>(c.g)]) {
       const Node& sum = graph_.node(s);
       if (!ctx.usable(s) || sum.op != "aten::sum.dim_IntList" || tensor_arg(graph_, sum, 0) != c.g)
         continue;
@@ -263,7 +253,7 @@ void MatmulPlanner::match_bias_grad(MatmulSpec& spec, Context& ctx) const {
         continue;
       std::set<NodeId> trial = ctx.members;
       trial.insert(s);
-      if (!convex(trial)) {
+      if (!index_.convex(trial)) {
         ctx.notes.push_back(sum.name +
                             " not fused as bias gradient: the group would not be convex");
         continue;
@@ -276,39 +266,16 @@ void MatmulPlanner::match_bias_grad(MatmulSpec& spec, Context& ctx) const {
   }
 }
 
-// No path leaves `members` and re-enters it (nodes are in topological
-// order, so only nodes before the last member can lead back).
-bool MatmulPlanner::convex(const std::set<NodeId>& members) const {
-  const NodeId last = *members.rbegin();
-  std::vector<NodeId> stack;
-  std::set<NodeId> seen;
-  for (NodeId m : members) {
-    for (NodeId u : users_[static_cast<std::size_t>(m)]) {
-      if (!members.count(u) && u < last) stack.push_back(u);
-    }
-  }
-  while (!stack.empty()) {
-    const NodeId n = stack.back();
-    stack.pop_back();
-    if (!seen.insert(n).second) continue;
-    for (NodeId u : users_[static_cast<std::size_t>(n)]) {
-      if (members.count(u)) return false;
-      if (u < last) stack.push_back(u);
-    }
-  }
-  return true;
-}
-
-std::vector<KernelGroup> MatmulPlanner::plan(const std::vector<NodeId>& partition_nodes,
-                                             std::map<NodeId, std::string>& refusals) const {
+void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
+                          ClaimedGroups& claimed) const {
   Context ctx;
   ctx.partition.insert(partition_nodes.begin(), partition_nodes.end());
-  std::vector<KernelGroup> groups;
+  ctx.claimed = &claimed;
   for (NodeId n : partition_nodes) {
     const Node& node = graph_.node(n);
-    if (node.kind != NodeKind::Aten || !is_product_op(node.op)) continue;
+    if (node.kind != NodeKind::Aten || !is_product_op(node.op) || claimed.claimed(n)) continue;
     if (std::string problem = matmul_candidate_problem(graph_, node); !problem.empty()) {
-      refusals[n] = "no cuBLASLt group: " + problem;
+      claimed.refuse(n, "no cuBLASLt group: " + problem);
       continue;
     }
     ctx.members = {n};
@@ -338,11 +305,11 @@ std::vector<KernelGroup> MatmulPlanner::plan(const std::vector<NodeId>& partitio
     }
     match_epilogue(*spec, ctx);
     match_bias_grad(*spec, ctx);
-    if (!convex(ctx.members)) {
+    if (!index_.convex(ctx.members)) {
       // Cannot happen for the shapes matched above (each joined node's only
       // reader is in the group); kept as a guard: the product alone is convex.
       ctx.members = {n};
-      refusals[n] = "no cuBLASLt group: the matched pattern is not convex";
+      claimed.refuse(n, "no cuBLASLt group: the matched pattern is not convex");
       continue;
     }
     KernelGroup group;
@@ -355,10 +322,8 @@ std::vector<KernelGroup> MatmulPlanner::plan(const std::vector<NodeId>& partitio
       group.why += "; transposed operands read in place (no copy)";
     for (const std::string& note : ctx.notes) group.why += "; " + note;
     group.matmul = std::move(spec);
-    ctx.claimed.insert(ctx.members.begin(), ctx.members.end());
-    groups.push_back(std::move(group));
+    claimed.claim(std::move(group));
   }
-  return groups;
 }
 
 }  // namespace mybackend

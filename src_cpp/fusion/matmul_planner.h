@@ -24,16 +24,16 @@
 //   BGRADB (BGRADA), as a Linear's backward has it: weight gradient and bias
 //   gradient from one pass over G.
 // * addmm / baddbmm's self that is not a fused bias is cuBLASLt's C (beta).
-// A group must stay convex: no path may leave it and re-enter; otherwise the
-// bias-gradient sum stays outside.
+// A group must stay convex (GraphIndex::convex): no path may leave it and
+// re-enter; otherwise the bias-gradient sum stays outside.
 #pragma once
 
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "fusion/fusion_plan.h"
+#include "fusion/claimed_groups.h"
+#include "fusion/graph_index.h"
 
 namespace mybackend {
 
@@ -42,24 +42,20 @@ std::string matmul_candidate_problem(const Graph& graph, const Node& node);
 
 class MatmulPlanner {
  public:
-  explicit MatmulPlanner(const Graph& graph);
-  // The matmul groups of one partition, each with its nodes (ascending),
-  // spec and why. Products that cannot be planned get a reason in
-  // `refusals` (for the aten_sequence group's why).
-  std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
-                                std::map<NodeId, std::string>& refusals) const;
+  explicit MatmulPlanner(const GraphIndex& index);
+  // Claims the matmul groups of one partition (Note [Claimed groups]), each
+  // with its nodes (ascending), spec and why; products that cannot be
+  // planned are refused with the reason (for the aten_sequence group's why).
+  void claim(const std::vector<NodeId>& partition_nodes, ClaimedGroups& claimed) const;
 
  private:
   struct Context;
   MatmulOperand resolve_operand(ValueId value, NodeId reader, Context& ctx) const;
   void match_epilogue(MatmulSpec& spec, Context& ctx) const;
   void match_bias_grad(MatmulSpec& spec, Context& ctx) const;
-  bool convex(const std::set<NodeId>& members) const;
 
+  const GraphIndex& index_;
   const Graph& graph_;
-  std::vector<std::vector<NodeId>> users_;        // per node
-  std::vector<std::vector<NodeId>> value_users_;  // per value
-  std::vector<bool> graph_output_;                // per value
 };
 
 }  // namespace mybackend

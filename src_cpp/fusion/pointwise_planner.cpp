@@ -73,15 +73,8 @@ std::string pointwise_candidate_problem(const Graph& graph, const Node& node) {
   return {};
 }
 
-PointwisePlanner::PointwisePlanner(const Graph& graph, const FusionOptions& options)
-    : graph_(graph),
-      options_(options),
-      producers_(graph.node_producers()),
-      users_(graph.node_users()),
-      graph_output_(graph.values().size(), false) {
-  for (const Argument& out : graph.outputs())
-    out.for_each_value([&](ValueId v) { graph_output_[static_cast<std::size_t>(v)] = true; });
-}
+PointwisePlanner::PointwisePlanner(const GraphIndex& index, const FusionOptions& options)
+    : index_(index), graph_(index.graph), options_(options) {}
 
 std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     const std::vector<NodeId>& nodes, std::string* why) const {
@@ -100,11 +93,7 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   // Outputs: values something outside the group reads.
   for (NodeId id : nodes) {
     const ValueId v = graph_.node(id).outputs[0];
-    bool used_outside = graph_output_[static_cast<std::size_t>(v)];
-    for (NodeId user : users_[static_cast<std::size_t>(id)]) {
-      used_outside = used_outside || members.count(user) == 0;
-    }
-    if (!used_outside) continue;
+    if (!index_.used_outside(v, members)) continue;
     const TensorType& t = graph_.value(v).tensor;
     TensorArg arg{t.dtype, likely_contiguous(t) ? IndexMode::Aligned : IndexMode::Strided,
                   likely_contiguous(t) ? 0 : rank};
@@ -140,13 +129,17 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   return group;
 }
 
-std::vector<std::vector<NodeId>> PointwisePlanner::unit_order(
-    const std::vector<NodeId>& partition_nodes, const std::vector<KernelGroup>& fixed) const {
+// A topological order of the partition's nodes in which each claimed
+// group's members are consecutive (the group is one unit), smallest node id
+// first among the ready units.
+static std::vector<std::vector<NodeId>> unit_order(
+    const std::vector<NodeId>& partition_nodes, const ClaimedGroups& claimed,
+    const std::vector<std::vector<NodeId>>& producers) {
   std::map<NodeId, int> unit_of;
   std::vector<std::vector<NodeId>> units;
-  for (const KernelGroup& group : fixed) {
-    for (NodeId n : group.nodes) unit_of[n] = static_cast<int>(units.size());
-    units.push_back(group.nodes);
+  for (const KernelGroup& g : claimed.groups()) {
+    for (NodeId n : g.nodes) unit_of[n] = static_cast<int>(units.size());
+    units.push_back(g.nodes);
   }
   for (NodeId n : partition_nodes) {
     if (unit_of.emplace(n, static_cast<int>(units.size())).second) units.push_back({n});
@@ -154,14 +147,14 @@ std::vector<std::vector<NodeId>> PointwisePlanner::unit_order(
   std::vector<std::set<int>> successors(units.size());
   std::vector<int> indegree(units.size(), 0);
   for (NodeId n : partition_nodes) {
-    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
+    const int to = unit_of[n];
+    for (NodeId p : producers[static_cast<std::size_t>(n)]) {
       auto from = unit_of.find(p);
-      if (from == unit_of.end() || from->second == unit_of[n]) continue;
-      if (successors[static_cast<std::size_t>(from->second)].insert(unit_of[n]).second)
-        ++indegree[static_cast<std::size_t>(unit_of[n])];
+      if (from == unit_of.end() || from->second == to) continue;
+      if (successors[static_cast<std::size_t>(from->second)].insert(to).second) ++indegree[to];
     }
   }
-  using Entry = std::pair<NodeId, int>;  // (first node, unit): close to FX order
+  using Entry = std::pair<NodeId, int>;  // (first node, unit)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (indegree[u] == 0) ready.push({units[u].front(), static_cast<int>(u)});
@@ -176,21 +169,21 @@ std::vector<std::vector<NodeId>> PointwisePlanner::unit_order(
         ready.push({units[static_cast<std::size_t>(s)].front(), s});
     }
   }
-  MB_ASSERT(order.size() == units.size(), "fixed groups of a partition form a cycle");
+  MB_ASSERT(order.size() == units.size(), "claimed groups of a partition form a cycle");
   return order;
 }
 
 std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes,
-                                                std::vector<KernelGroup> fixed,
-                                                std::map<NodeId, std::string> refusals) {
+                                                const ClaimedGroups& claimed) {
   // Decide: grow groups in topological order (Note [Pointwise groups]).
   const std::set<NodeId> in_partition(partition_nodes.begin(), partition_nodes.end());
+  std::map<int, int> claimed_of_group;  // group -> index into claimed.groups
   std::map<NodeId, int> group_of;
   std::map<NodeId, std::vector<int>> deps;   // groups each node waits for, sorted
   std::vector<std::vector<int>> group_deps;  // groups each group waits for, sorted
   std::vector<std::vector<NodeId>> groups;
   std::vector<std::string> group_key;
-  std::vector<int> fixed_index;  // per group: index into `fixed`, or -1
+  std::map<NodeId, std::string> refusals;
   // Merged groups alias the group they merged into.
   std::vector<int> alias;
   auto find = [&](int g) {
@@ -212,13 +205,13 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     }
     return false;
   };
-  // What `n` waits for through its producers in the partition (those in
-  // `skip` aside), and those producers.
-  auto gather = [&](NodeId n, const std::set<NodeId>& skip, std::vector<int>& d,
-                    std::vector<NodeId>& local_producers) {
-    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
+  // What a node with these producers waits for (groups, transitively).
+  auto waits_of = [&](const std::vector<NodeId>& producers, const std::set<NodeId>& skip,
+                      std::vector<NodeId>* local_producers) {
+    std::vector<int> d;
+    for (NodeId p : producers) {
       if (in_partition.count(p) == 0 || skip.count(p)) continue;
-      local_producers.push_back(p);
+      if (local_producers) local_producers->push_back(p);
       merge_into(d, deps[p]);
       if (auto g = group_of.find(p); g != group_of.end()) {
         const int pg = find(g->second);
@@ -226,38 +219,43 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
         merge_into(d, group_deps[static_cast<std::size_t>(pg)]);
       }
     }
+    return d;
   };
-  std::map<NodeId, int> fixed_of;
-  for (std::size_t f = 0; f < fixed.size(); ++f) {
-    for (NodeId n : fixed[f].nodes) fixed_of[n] = static_cast<int>(f);
+  std::map<NodeId, int> claimed_index;
+  for (std::size_t k = 0; k < claimed.groups().size(); ++k) {
+    for (NodeId n : claimed.groups()[k].nodes) claimed_index[n] = static_cast<int>(k);
   }
-  for (const std::vector<NodeId>& unit : unit_order(partition_nodes, fixed)) {
-    if (auto f = fixed_of.find(unit.front()); f != fixed_of.end()) {
-      // A fixed group: one unit that waits for what any member waits for.
+  for (const std::vector<NodeId>& unit : unit_order(partition_nodes, claimed, index_.producers)) {
+    const NodeId n = unit.front();
+    if (auto c = claimed_index.find(n); c != claimed_index.end()) {
+      // A claimed group: one fixed group that nothing joins.
       const std::set<NodeId> members(unit.begin(), unit.end());
       std::vector<int> d;
-      std::vector<NodeId> local_producers;
-      for (NodeId m : unit) gather(m, members, d, local_producers);
+      for (NodeId m : unit)
+        merge_into(d, waits_of(index_.producers[static_cast<std::size_t>(m)], members, nullptr));
       const int target = static_cast<int>(groups.size());
       groups.push_back(unit);
-      group_deps.push_back(d);
-      group_key.push_back("fixed:" + std::to_string(f->second));  // never joined
+      std::vector<int> cleaned;
+      for (int g : d) cleaned.push_back(find(g));
+      std::sort(cleaned.begin(), cleaned.end());
+      cleaned.erase(std::unique(cleaned.begin(), cleaned.end()), cleaned.end());
+      group_deps.push_back(cleaned);
+      group_key.push_back("claimed#" + std::to_string(c->second));
       alias.push_back(target);
-      fixed_index.push_back(f->second);
+      claimed_of_group[target] = c->second;
       for (NodeId m : unit) {
-        deps[m] = d;
         group_of[m] = target;
+        deps[m] = d;
       }
       continue;
     }
-    const NodeId n = unit.front();
-    std::vector<int>& d = deps[n];
     std::vector<NodeId> local_producers;
-    gather(n, {}, d, local_producers);
-    if (!options_.pointwise) continue;  // the ATen runs' why says so once
+    deps[n] = waits_of(index_.producers[static_cast<std::size_t>(n)], {}, &local_producers);
+    if (!options_.generated_kernels) continue;  // the ATen runs' why says so once
+    std::vector<int>& d = deps[n];
     const std::string problem = pointwise_candidate_problem(graph_, graph_.node(n));
     if (!problem.empty()) {
-      refusals.emplace(n, problem);
+      refusals[n] = problem;
       continue;
     }
     const TensorType& out = graph_.value(graph_.node(n).outputs[0]).tensor;
@@ -301,7 +299,6 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       group_deps.emplace_back();
       group_key.push_back(key);
       alias.push_back(target);
-      fixed_index.push_back(-1);
     } else {
       target = chosen[0];
       for (std::size_t k = 1; k < chosen.size(); ++k) {
@@ -339,16 +336,16 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     std::vector<NodeId> nodes;
     std::shared_ptr<const PointwiseGroup> pointwise;
     std::string why;
-    int fixed = -1;  // index into `fixed`
+    int claimed = -1;  // index into claimed.groups
   };
   std::vector<Unit> units;
   std::map<NodeId, int> unit_of;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::vector<NodeId>& nodes = groups[g];
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& nodes = groups[gi];
     if (nodes.empty()) continue;  // merged into another
-    if (fixed_index[g] >= 0) {
+    if (auto c = claimed_of_group.find(static_cast<int>(gi)); c != claimed_of_group.end()) {
       for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-      units.push_back({nodes, nullptr, {}, fixed_index[g]});
+      units.push_back({nodes, nullptr, {}, c->second});
       continue;
     }
     std::string why;
@@ -358,7 +355,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     }
     if (!built) {
       for (NodeId n : nodes) {
-        refusals.emplace(n, why.empty() ? "a lone elementwise op gains nothing from fusion" : why);
+        refusals[n] = why.empty() ? "a lone elementwise op gains nothing from fusion" : why;
       }
       continue;
     }
@@ -378,7 +375,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   std::vector<int> indegree(count, 0);
   for (NodeId n : partition_nodes) {
     const int to = unit_of[n];
-    for (NodeId p : producers_[static_cast<std::size_t>(n)]) {
+    for (NodeId p : index_.producers[static_cast<std::size_t>(n)]) {
       auto from = unit_of.find(p);
       if (from == unit_of.end() || from->second == to) continue;
       if (successors[static_cast<std::size_t>(from->second)].insert(to).second) ++indegree[to];
@@ -395,8 +392,8 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     const int u = ready.top().second;
     ready.pop();
     Unit& unit = units[static_cast<std::size_t>(u)];
-    if (unit.fixed >= 0) {
-      out.push_back(std::move(fixed[static_cast<std::size_t>(unit.fixed)]));
+    if (unit.claimed >= 0) {
+      out.push_back(claimed.groups()[static_cast<std::size_t>(unit.claimed)]);
     } else if (unit.pointwise) {
       KernelGroup group;
       group.kind = KernelKind::Pointwise;
@@ -424,21 +421,24 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   std::size_t placed = 0;
   for (const KernelGroup& group : out) placed += group.nodes.size();
   MB_ASSERT(placed == partition_nodes.size(), "pointwise groups of a partition form a cycle");
-  // Explain why the ATen runs were not generated.
+  // Explain why the ATen runs were not generated: a claiming planner's own
+  // reason (a product, reduction or norm it refused) beats "not a pointwise
+  // op".
+  for (const auto& [node, reason] : claimed.refusals()) refusals[node] = reason;
   for (KernelGroup& group : out) {
     if (group.kind != KernelKind::AtenSequence) continue;
     std::string why;
     for (NodeId n : group.nodes) {
       auto r = refusals.find(n);
-      if (r == refusals.end() && !options_.pointwise) continue;
+      if (r == refusals.end() && !options_.generated_kernels) continue;
       const std::string reason = r != refusals.end() ? r->second : "not planned";
       if (why.size() < 400) why += (why.empty() ? "" : "; ") + graph_.node(n).name + ": " + reason;
     }
-    if (!options_.pointwise) {
-      group.why = "ATen calls: generated pointwise kernels are off (option generated_kernels)" +
-                  (why.empty() ? "" : "; " + why);
-    } else {
+    if (options_.generated_kernels) {
       group.why = "not generated: " + why;
+    } else {
+      group.why = "ATen calls: generated kernels are off (option generated_kernels)" +
+                  (why.empty() ? "" : "; " + why);
     }
   }
   return out;

@@ -14,48 +14,39 @@
 // compute that something outside it reads (several outputs are fine).
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
+#include "fusion/claimed_groups.h"
 #include "fusion/fusion_plan.h"
+#include "fusion/graph_index.h"
 
 namespace mybackend {
 
 // Why `node` cannot be in a generated pointwise group; empty when it can.
 std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
 
-// The kernel groups of one partition, in execution order: generated
-// pointwise groups where possible (option generated_kernels), the other
-// nodes as aten_sequence runs.
-//
-// Note [Fixed groups]
-// `fixed` are groups another engine already formed (matmul groups). Each is
-// one unit: the decide loop visits the partition in a topological order of
-// the graph with every fixed group contracted to one node, so the
-// dependency sets that keep pointwise groups convex see a fixed group as a
-// whole (a pointwise group never waits for a fixed group that waits for
-// it). Fixed groups are placed in the execution order like the others.
-// `refusals` holds reasons already known for nodes (kept over later ones).
+// The kernel groups of one partition, in execution order: the `claimed`
+// groups (matmul, reduction and norm groups; Note [Claimed groups]) as
+// given, generated pointwise groups where possible (option
+// generated_kernels), the other nodes as aten_sequence runs. A claimed group
+// is one fixed unit: the decide loop visits the partition in a topological
+// order with each claimed group contracted to one node, no elementwise node
+// joins it, and pointwise groups never form a cycle through it. With
+// generated kernels off the planner only places the claimed groups.
 class PointwisePlanner {
  public:
-  PointwisePlanner(const Graph& graph, const FusionOptions& options);
+  PointwisePlanner(const GraphIndex& index, const FusionOptions& options);
   std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
-                                std::vector<KernelGroup> fixed = {},
-                                std::map<NodeId, std::string> refusals = {});
+                                const ClaimedGroups& claimed = {});
 
  private:
   std::shared_ptr<const PointwiseGroup> build_group(const std::vector<NodeId>& nodes,
                                                     std::string* why) const;
-  // Partition nodes as units in a topological order (Note [Fixed groups]).
-  std::vector<std::vector<NodeId>> unit_order(const std::vector<NodeId>& partition_nodes,
-                                              const std::vector<KernelGroup>& fixed) const;
 
+  const GraphIndex& index_;
   const Graph& graph_;
   FusionOptions options_;
-  std::vector<std::vector<NodeId>> producers_;
-  std::vector<std::vector<NodeId>> users_;
-  std::vector<bool> graph_output_;  // per value
 };
 
 // Fast-variant index mode guess from the IR (Note [Two pointwise variants]).

@@ -3,5 +3,10 @@ list(APPEND CORE_SOURCES
   fusion/type_promotion.cpp
   fusion/pointwise_lowering.cpp
   fusion/pointwise_planner.cpp
+  fusion/graph_index.cpp
+  fusion/claimed_groups.cpp
   fusion/matmul_spec.cpp
-  fusion/matmul_planner.cpp)
+  fusion/matmul_planner.cpp
+  fusion/reduction_lowering.cpp
+  fusion/norm_lowering.cpp
+  fusion/reduction_planner.cpp)

@@ -26,8 +26,9 @@ void run_fusion(CompileState& state) {
 }
 
 void run_runtime(CompileState& state) {
-  state.executor = std::make_unique<Executor>(state.graph, state.report.partitions,
-                                              state.report.fusion, state.python_fallback);
+  state.executor =
+      std::make_unique<Executor>(state.graph, state.report.partitions, state.report.fusion,
+                                 state.python_fallback, state.options.kernel_cache);
 }
 
 }  // namespace

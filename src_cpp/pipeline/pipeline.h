@@ -23,6 +23,7 @@ struct CompileOptions {
   PartitionerOptions partitioner;
   CudaGraphPolicy cuda_graphs;
   FusionOptions fusion;
+  KernelCacheLocation kernel_cache;  // where generated kernels persist
 };
 
 // Everything a compile decides, kept for reports.

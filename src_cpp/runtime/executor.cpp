@@ -6,11 +6,12 @@
 namespace mybackend {
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
-                   const FusionPlan& fusion, PythonFallback python_fallback)
+                   const FusionPlan& fusion, PythonFallback python_fallback,
+                   const KernelCacheLocation& kernel_cache)
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
-  compile_generated(fusion);
+  prepare_engine_groups(fusion, kernel_cache);
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
       add_partition_steps(fusion, scheduled.index);
@@ -21,44 +22,47 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
   plan_releases();
 }
 
-// Compiles every generated group at once (NVRTC in parallel, through the
-// kernel cache); groups that fail keep only their ATen form.
-void Executor::compile_generated(const FusionPlan& fusion) {
-  std::vector<std::shared_ptr<const PointwiseGroup>> pointwise;
+// Prepares every engine group of the plan, in plan order. Generated
+// kernels compile at once (NVRTC in parallel, through the kernel cache);
+// matmul groups only get their runner (cuBLASLt is asked on the first run).
+// Groups that cannot be prepared keep only their ATen form.
+void Executor::prepare_engine_groups(const FusionPlan& fusion,
+                                     const KernelCacheLocation& kernel_cache) {
+  std::vector<const KernelGroup*> to_compile;
+  std::vector<std::size_t> compiled_into;  // per entry of to_compile: index into engine_groups_
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
-      if (group.kind != KernelKind::Pointwise || !group.pointwise) continue;
-      Generated generated;
-      generated.status.partition = plan.partition;
-      generated.status.group = static_cast<int>(g);
-      generated_.push_back(std::move(generated));
-      pointwise.push_back(group.pointwise);
+      const bool generated = (group.kind == KernelKind::Pointwise && group.pointwise) ||
+                             (group.kind == KernelKind::Reduction && group.reduction) ||
+                             (group.kind == KernelKind::Norm && group.norm);
+      const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
+      if (!generated && !matmul) continue;
+      EngineGroup entry;
+      entry.status.partition = plan.partition;
+      entry.status.group = static_cast<int>(g);
+      if (matmul) {
+        MatmulRunnerResult made = make_matmul_runner(*graph_, group.matmul);
+        entry.runner = std::move(made.runner);
+        entry.status.problem = std::move(made.problem);
+      } else {
+        compiled_into.push_back(engine_groups_.size());
+        to_compile.push_back(&group);
+      }
+      engine_groups_.push_back(std::move(entry));
     }
   }
-  std::vector<GeneratedCompileResult> results = compile_pointwise_groups(*graph_, pointwise);
+  // The groups' specs are shared_ptrs the kernels keep; the plan itself may go.
+  std::vector<GeneratedCompileResult> results =
+      compile_generated_groups(*graph_, to_compile, kernel_cache);
   for (std::size_t k = 0; k < results.size(); ++k) {
-    generated_[k].kernel = std::move(results[k].kernel);
-    generated_[k].status.problem = results[k].problem;
+    EngineGroup& entry = engine_groups_[compiled_into[k]];
+    entry.runner = std::move(results[k].kernel);
+    entry.status.problem = std::move(results[k].problem);
   }
-  // Matmul groups: nothing to compile; cuBLASLt is asked on the first run.
-  for (const PartitionPlan& plan : fusion.partitions) {
-    for (std::size_t g = 0; g < plan.groups.size(); ++g) {
-      const KernelGroup& group = plan.groups[g];
-      if (group.kind != KernelKind::Matmul || !group.matmul) continue;
-      Generated generated;
-      generated.kind = KernelKind::Matmul;
-      generated.status.partition = plan.partition;
-      generated.status.group = static_cast<int>(g);
-      MatmulRunnerResult made = make_matmul_runner(*graph_, group.matmul);
-      generated.kernel = std::move(made.runner);
-      generated.status.problem = made.problem;
-      generated_.push_back(std::move(generated));
-    }
-  }
-  for (Generated& g : generated_) {
-    g.status.compiled = g.kernel != nullptr;
-    if (g.kernel) g.status.kernel = g.kernel->description();
+  for (EngineGroup& entry : engine_groups_) {
+    entry.status.compiled = entry.runner != nullptr;
+    if (entry.runner) entry.status.kernel = entry.runner->description();
   }
 }
 
@@ -70,11 +74,11 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
     const KernelGroup& group = groups[g];
     Step step;
     step.kind = StepKind::KernelGroup;
-    for (std::size_t k = 0; k < generated_.size(); ++k) {
-      const GeneratedGroupStatus& status = generated_[k].status;
+    for (std::size_t k = 0; k < engine_groups_.size(); ++k) {
+      const GeneratedGroupStatus& status = engine_groups_[k].status;
       if (status.partition == partition && status.group == static_cast<int>(g) &&
-          generated_[k].kernel) {
-        step.generated = static_cast<int>(k);
+          engine_groups_[k].runner) {
+        step.engine = static_cast<int>(k);
       }
     }
     for (NodeId id : group.nodes) {
@@ -163,14 +167,11 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
 void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings) const {
   switch (step.kind) {
     case StepKind::KernelGroup:
-      if (step.generated >= 0) {
-        const Generated& engine = generated_[static_cast<std::size_t>(step.generated)];
-        const bool matmul = engine.kind == KernelKind::Matmul;
-        if (engine.kernel->run(slots, bindings)) {
-          (matmul ? counters_.matmul : counters_.generated).fetch_add(1, std::memory_order_relaxed);
-        } else {
-          (matmul ? counters_.matmul_fallbacks : counters_.generated_fallbacks)
-              .fetch_add(1, std::memory_order_relaxed);
+      if (step.engine >= 0) {
+        const GroupRunner& runner = *engine_groups_[static_cast<std::size_t>(step.engine)].runner;
+        const bool ran = runner.run(slots, bindings);
+        count_engine_run(runner, ran);
+        if (!ran) {
           for (std::size_t c : step.calls) calls_[c].run(slots);
         }
       } else {
@@ -192,6 +193,28 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
       run_python(graph_->node(step.node), slots);
       counters_.python.fetch_add(1, std::memory_order_relaxed);
       return;
+  }
+}
+
+// Generated kernels count as generated (and per kind), matmul groups as
+// cuBLASLt calls; a fallback counts for the engine that declined.
+void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
+  const KernelKind kind = runner.kind();
+  if (kind == KernelKind::Matmul) {
+    (ran ? counters_.matmul : counters_.matmul_fallbacks).fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!ran) {
+    counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  counters_.generated.fetch_add(1, std::memory_order_relaxed);
+  switch (kind) {
+    case KernelKind::Pointwise: counters_.generated_pointwise.fetch_add(1); break;
+    case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
+    case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
+    case KernelKind::AtenSequence:
+    case KernelKind::Matmul: break;
   }
 }
 
@@ -221,6 +244,9 @@ ExecutionStats Executor::stats() const {
   stats.nodes_run_as_builtin = counters_.builtin.load();
   stats.nodes_run_in_python = counters_.python.load();
   stats.generated_kernels_run = counters_.generated.load();
+  stats.generated_pointwise_run = counters_.generated_pointwise.load();
+  stats.generated_reductions_run = counters_.generated_reductions.load();
+  stats.generated_norms_run = counters_.generated_norms.load();
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   stats.matmul_groups_run = counters_.matmul.load();
   stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
@@ -229,10 +255,10 @@ ExecutionStats Executor::stats() const {
 
 std::vector<GeneratedGroupStatus> Executor::generated_groups() const {
   std::vector<GeneratedGroupStatus> out;
-  for (const Generated& g : generated_) {
+  for (const EngineGroup& g : engine_groups_) {
     GeneratedGroupStatus status = g.status;
-    if (g.kernel) {
-      const std::string problem = g.kernel->problem();
+    if (g.runner) {
+      const std::string problem = g.runner->problem();
       if (!problem.empty()) status.problem = problem;
     }
     out.push_back(std::move(status));

@@ -37,9 +37,12 @@ struct ExecutionStats {
   std::int64_t nodes_run_as_aten_fallback = 0;
   std::int64_t nodes_run_as_builtin = 0;
   std::int64_t nodes_run_in_python = 0;
-  // Launches of generated kernels (one per pointwise group run on the GPU).
+  // Generated groups run on the GPU (all kinds), and per kind.
   std::int64_t generated_kernels_run = 0;
-  // Pointwise groups that ran their ATen form instead, for one call.
+  std::int64_t generated_pointwise_run = 0;
+  std::int64_t generated_reductions_run = 0;
+  std::int64_t generated_norms_run = 0;
+  // Generated groups that ran their ATen form instead, for one call.
   std::int64_t generated_kernel_fallbacks = 0;
   // cuBLASLt calls (one per matmul group run on the GPU).
   std::int64_t matmul_groups_run = 0;
@@ -48,8 +51,8 @@ struct ExecutionStats {
   std::int64_t matmul_fallbacks = 0;
 };
 
-// A group run by an engine (generated pointwise kernel, cuBLASLt matmul)
-// and what became of it, for reports.
+// A group run by an engine (generated pointwise, reduction or norm kernel,
+// cuBLASLt matmul) and what became of it, for reports.
 struct GeneratedGroupStatus {
   int partition = 0;
   int group = 0;          // index into the partition's kernel groups
@@ -61,16 +64,17 @@ struct GeneratedGroupStatus {
 class Executor {
  public:
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
-           const FusionPlan& fusion, PythonFallback python_fallback);
+           const FusionPlan& fusion, PythonFallback python_fallback,
+           const KernelCacheLocation& kernel_cache = {});
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const;
   ExecutionStats stats() const;
   const Graph& graph() const { return *graph_; }
-  // Every engine group of the fusion plan (pointwise and matmul): compiled
-  // or not, and why it fell back to ATen calls (Note [Never an error to the
-  // user], Note [Matmul fallback]).
+  // Every engine group of the fusion plan (generated kernels and matmul
+  // groups), in plan order: compiled or not, and why it fell back to ATen
+  // calls (Note [Never an error to the user], Note [Matmul fallback]).
   std::vector<GeneratedGroupStatus> generated_groups() const;
 
  private:
@@ -79,7 +83,7 @@ class Executor {
     StepKind kind = StepKind::AtenNode;
     std::vector<std::size_t> calls;  // indices into calls_ (KernelGroup, AtenNode)
     NodeId node = 0;                 // BuiltinNode, PythonNode
-    int generated = -1;              // KernelGroup: index into generated_, or -1
+    int engine = -1;                 // KernelGroup: index into engine_groups_, or -1
     // Values an engine group reads besides its nodes' inputs (a matmul group
     // reads the input of a transpose it sees through): kept alive for it.
     std::vector<ValueId> reads;
@@ -87,10 +91,12 @@ class Executor {
   };
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
-        generated{0}, generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0};
+        generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
+        generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0};
   };
 
-  void compile_generated(const FusionPlan& fusion);
+  void prepare_engine_groups(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);
+  void count_engine_run(const GroupRunner& runner, bool ran) const;
   void add_partition_steps(const FusionPlan& fusion, int partition);
   void add_node_step(const Node& node);
   void plan_releases();
@@ -101,12 +107,12 @@ class Executor {
   std::shared_ptr<const Graph> graph_;
   std::vector<AtenCall> calls_;
   std::vector<Step> steps_;
-  struct Generated {
+  // A group of the plan an engine runs (generated kernel or cuBLASLt call).
+  struct EngineGroup {
     GeneratedGroupStatus status;
-    KernelKind kind = KernelKind::Pointwise;
-    std::unique_ptr<GroupRunner> kernel;  // null: runs as ATen calls
+    std::unique_ptr<GroupRunner> runner;  // null: runs as ATen calls
   };
-  std::vector<Generated> generated_;
+  std::vector<EngineGroup> engine_groups_;
   SymbolBinder binder_;
   PythonFallback python_fallback_;
   mutable Counters counters_;

@@ -1,9 +1,11 @@
-// Generated pointwise kernels at run time (CUDA engine I): compiled with
-// NVRTC when the graph is compiled, loaded into the GPU on first launch,
-// launched on the current PyTorch CUDA stream.
+// Generated kernels at run time (CUDA engine I: pointwise, reduction and
+// norm groups): compiled with NVRTC when the graph is compiled, loaded into
+// the GPU on first launch, launched on the current PyTorch CUDA stream.
+// One file per kind (pointwise_kernel.cpp, reduction_kernel.cpp,
+// norm_kernel.cpp); what they share is in kernel_launch.h.
 //
 // Note [Compile now, load later]
-// compile_pointwise_groups() runs in the runtime stage: it emits both spec
+// compile_generated_groups() runs in the runtime stage: it emits both spec
 // variants of each group (Note [Two pointwise variants]) and compiles them
 // through the process-wide KernelCache on a CompilePool. NVRTC needs no GPU,
 // so this works on CPU machines (PTX for the lowest architecture NVRTC
@@ -34,28 +36,44 @@
 
 namespace mybackend {
 
-// description(): "pointwise: mb_pointwise_<hash> (sm_90 cubin)".
-class GeneratedPointwise : public GroupRunner {};
+// A generated kernel (pointwise, reduction or norm): description() is
+// "pointwise: mb_pointwise_<hash> (sm_90 cubin)" and the like.
+class GeneratedKernel : public GroupRunner {};
 
 // Note [Generated kernels are opt-in for now]
 // Until the launch path has been validated on a GPU (tests/gpu/
 // test_fused_kernels.py), compiling and launching generated kernels needs
 // MYBACKEND_GENERATED_KERNELS=1 (read at each compile). Without it every
-// pointwise group is planned (and reported) but runs as ATen calls, with
+// generated group is planned (and reported) but runs as ATen calls, with
 // that reason in Executor::generated_groups().
 bool generated_kernels_enabled();
+
+// Where compiled kernels are kept between processes (option
+// kernel_cache_dir). The in-memory cache is one per process whatever this
+// says; only the disk half moves or is turned off.
+struct KernelCacheLocation {
+  enum class Kind : std::int8_t {
+    FromEnvironment,  // $MYBACKEND_CACHE_DIR, else $XDG_CACHE_HOME/mybackend, else ~/.cache
+    Directory,        // `directory`
+    Off,              // memory only
+  };
+  Kind kind = Kind::FromEnvironment;
+  std::string directory;
+};
 
 // The counters of this process's kernel cache (memory_hits, disk_hits,
 // compiles, disk_rejects, disk_write_failures); all zero without CUDA.
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters();
 
 struct GeneratedCompileResult {
-  std::unique_ptr<GeneratedPointwise> kernel;  // null: the group runs as ATen calls
-  std::string problem;                         // why it is null
+  std::unique_ptr<GeneratedKernel> kernel;  // null: the group runs as ATen calls
+  std::string problem;                      // why it is null
 };
 
-// One result per group, in order (Note [Compile now, load later]).
-std::vector<GeneratedCompileResult> compile_pointwise_groups(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& groups);
+// One result per group (kind Pointwise, Reduction or Norm), in order
+// (Note [Compile now, load later]). The groups must outlive the kernels.
+std::vector<GeneratedCompileResult> compile_generated_groups(
+    const Graph& graph, const std::vector<const KernelGroup*>& groups,
+    const KernelCacheLocation& cache = {});
 
 }  // namespace mybackend

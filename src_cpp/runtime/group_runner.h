@@ -1,10 +1,12 @@
 // A kernel group the executor hands to an engine instead of running its
-// nodes as ATen calls: a generated pointwise kernel (generated_kernel.h) or
-// a cuBLASLt product (matmul_group.h).
+// nodes as ATen calls: a generated pointwise, reduction or norm kernel
+// (generated_kernel.h) or a cuBLASLt product (matmul_group.h). The executor
+// runs every such group through one kind of step (Executor::Step::engine).
 #pragma once
 
 #include <string>
 
+#include "fusion/fusion_plan.h"
 #include "runtime/aten_call.h"
 
 namespace mybackend {
@@ -19,6 +21,8 @@ class GroupRunner {
   virtual std::string problem() const = 0;
   // What runs, for reports: "pointwise: mb_pointwise_<hash> ...", "cublaslt: ...".
   virtual std::string description() const = 0;
+  // The group's kind (for the per-kind counters).
+  virtual KernelKind kind() const = 0;
 };
 
 }  // namespace mybackend

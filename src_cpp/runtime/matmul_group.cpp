@@ -32,6 +32,8 @@ class MatmulGroup final : public GroupRunner {
            std::string(cublaslt_epilogue_name(spec_->epilogue));
   }
 
+  KernelKind kind() const override { return KernelKind::Matmul; }
+
  private:
   bool fail(const std::string& why) const {
     std::lock_guard<std::mutex> lock(mutex_);

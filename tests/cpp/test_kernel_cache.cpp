@@ -286,12 +286,112 @@ TEST(KernelCache, DirectoryResolutionOrder) {
   EXPECT_EQ(resolve_cache_directory(options, env, &why), "/home/u/.cache/mybackend");
   vars["XDG_CACHE_HOME"] = "/xdg";
   EXPECT_EQ(resolve_cache_directory(options, env, &why), "/xdg/mybackend");
-  vars["MYBACKEND_CACHE_DIR"] = "";
-  EXPECT_EQ(resolve_cache_directory(options, env, &why), "/xdg/mybackend");
+  // Set but empty, "0" or "off": no disk cache at all, whatever XDG says.
+  for (const char* off : {"", "0", "off"}) {
+    vars["MYBACKEND_CACHE_DIR"] = off;
+    why.clear();
+    EXPECT_EQ(resolve_cache_directory(options, env, &why), std::nullopt) << off;
+    EXPECT_NE(why.find("disk cache is off"), std::string::npos) << why;
+  }
   vars["MYBACKEND_CACHE_DIR"] = "/mb";
   EXPECT_EQ(resolve_cache_directory(options, env, &why), "/mb");
   options.directory = "/explicit";
   EXPECT_EQ(resolve_cache_directory(options, env, &why), "/explicit");
+  vars["MYBACKEND_CACHE_DIR"] = "off";  // the option wins over the environment
+  EXPECT_EQ(resolve_cache_directory(options, env, &why), "/explicit");
+}
+
+TEST(KernelCache, EnvironmentOffMeansMemoryOnly) {
+  TempDir dir;
+  const EnvLookup env = [&dir](const std::string& name) -> std::optional<std::string> {
+    if (name == "MYBACKEND_CACHE_DIR") return "off";
+    if (name == "XDG_CACHE_HOME") return dir.path();
+    return std::nullopt;
+  };
+  KernelCacheOptions options;
+  options.driver_version = "test-driver";
+  KernelCache cache(options, env);
+  EXPECT_EQ(cache.directory(), "");
+  EXPECT_NE(cache.disk_problem().find("MYBACKEND_CACHE_DIR"), std::string::npos);
+  cache.get(tiny_request(1));
+  cache.get(tiny_request(1));
+  EXPECT_EQ(cache.stats().compiles, 1u);
+  EXPECT_EQ(cache.stats().memory_hits, 1u);
+  EXPECT_TRUE(fs::is_empty(dir.path())) << "nothing may be written under XDG_CACHE_HOME";
+}
+
+// The process-wide cache of the runtime passes the disk directory per call
+// (option kernel_cache_dir): memory is shared, each directory gets what was
+// compiled while it was in use.
+TEST(KernelCache, PerCallDirectoryRelocatesTheDiskHalfOnly) {
+  TempDir a, b;
+  std::string why;
+  const std::optional<std::string> entries_a = open_entries_directory(a.path() + "/root", &why);
+  const std::optional<std::string> entries_b = open_entries_directory(b.path(), &why);
+  ASSERT_TRUE(entries_a && entries_b) << why;
+  EXPECT_EQ(*entries_a, a.path() + "/root/kernels");
+  EXPECT_EQ(mode_of(a.path() + "/root"), 0700u);
+  EXPECT_EQ(mode_of(*entries_a), 0700u);
+
+  KernelCacheOptions memory = on_disk("");
+  memory.mode = KernelCacheMode::MemoryOnly;
+  KernelCache cache(memory);
+  const auto outcomes =
+      cache.get_all({tiny_request(1), tiny_request(2)}, CompilePool(2), *entries_a);
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok());
+  cache.get(tiny_request(1), *entries_b);  // a memory hit: b stays empty
+  cache.get(tiny_request(3), "");          // memory only: no file anywhere
+  EXPECT_EQ(cache.stats().compiles, 3u);
+  EXPECT_EQ(cache.stats().memory_hits, 1u);
+  auto count = [](const std::string& path) {
+    return std::distance(fs::directory_iterator(path), fs::directory_iterator());
+  };
+  EXPECT_EQ(count(*entries_a), 2);
+  EXPECT_EQ(count(*entries_b), 0);
+
+  KernelCache next_process(memory);
+  next_process.get(tiny_request(2), *entries_a);
+  EXPECT_EQ(next_process.stats().disk_hits, 1u);
+  EXPECT_EQ(next_process.stats().compiles, 0u);
+}
+
+// The container is intact (checksum, key) but what it holds is not a kernel
+// image: another writer of the same format, or a payload from a future
+// version. It must be rejected like a corrupt file.
+TEST(KernelCache, IntactEntryWithAForeignPayloadIsRejected) {
+  for (const std::string& payload : {std::string(), std::string("\x07PTX?"), std::string("\x01")}) {
+    SCOPED_TRACE("payload of " + std::to_string(payload.size()) + " bytes");
+    TempDir dir;
+    const CompileRequest request = tiny_request(5);
+    KernelCache first(on_disk(dir.path()));
+    const std::string good = first.get(request)->image;
+    write_all(first.entry_path(request), cache_file::encode(first.key(request), payload));
+    KernelCache second(on_disk(dir.path()));
+    EXPECT_EQ(second.get(request)->image, good);
+    EXPECT_EQ(second.stats().disk_rejects, 1u);
+    EXPECT_EQ(second.stats().compiles, 1u);
+    KernelCache third(on_disk(dir.path()));
+    EXPECT_EQ(third.get(request)->image, good);
+    EXPECT_EQ(third.stats().disk_hits, 1u);
+  }
+}
+
+// Something that is not a regular file sits where the entry belongs: the
+// read is refused, the compile goes on, the failed write is counted.
+TEST(KernelCache, DirectoryInPlaceOfAnEntryIsSurvived) {
+  TempDir dir;
+  const CompileRequest request = tiny_request(6);
+  KernelCache probe(on_disk(dir.path()));
+  fs::create_directories(probe.entry_path(request) + "/inside");
+  KernelCache cache(on_disk(dir.path()));
+  EXPECT_NE(cache.get(request), nullptr);
+  EXPECT_EQ(cache.stats().compiles, 1u);
+  EXPECT_EQ(cache.stats().disk_hits, 0u);
+  EXPECT_EQ(cache.stats().disk_write_failures, 1u);
+  for (const auto& file : fs::directory_iterator(cache.directory())) {
+    EXPECT_EQ(file.path().filename().string().rfind(".tmp-", 0), std::string::npos)
+        << "a temporary file was left behind: " << file.path();
+  }
 }
 
 TEST(KernelCache, GetAllCompilesEachKeyOnceInRequestOrder) {

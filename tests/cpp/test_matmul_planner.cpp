@@ -7,25 +7,17 @@
 
 #include "fusion/fusion_plan.h"
 #include "fusion/matmul_planner.h"
-#include "fusion_testing.h"
+#include "fusion_graphs.h"
 #include "ir/graph.h"
 
 namespace mybackend {
 namespace {
 
-using namespace fusion_testing;
-
 const DType BF16 = DType::BFloat16;
-
-Argument ints(std::vector<std::int64_t> values) {
-  std::vector<Argument> items;
-  for (auto x : values) items.push_back(Argument::of_int(x));
-  return Argument::of_list(std::move(items));
-}
 
 Argument i(std::int64_t x) { return Argument::of_int(x); }
 
-FusionOptions matmul_only() { return FusionOptions{}; }  // matmul on, pointwise off
+FusionOptions matmul_only() { return FusionOptions{}; }  // matmul on, generated kernels off
 
 ValueId permute(GraphBuilder& b, ValueId x, const TensorType& t, std::vector<std::int64_t> dims) {
   return b.add_node(NodeKind::Aten, "aten::permute.default", {v(x), ints(std::move(dims))},
@@ -262,7 +254,7 @@ TEST(MatmulPlanner, PointwiseGroupsNeverWrapAroundAMatmulGroup) {
   const ValueId s = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(n), v(r), i(1)}, {out(t)})[0];
   const ValueId q = b.add_node(NodeKind::Aten, "aten::sigmoid.default", {v(s)}, {out(t)})[0];
   b.set_outputs({v(q)});
-  Planned p = plan(b, pointwise_options());  // plan() checks the order is valid
+  Planned p = plan(b);  // plan() checks the order is valid
   ASSERT_EQ(p.groups(KernelKind::Matmul).size(), 1u);
   EXPECT_EQ(p.groups(KernelKind::Matmul)[0]->nodes, (std::vector<NodeId>{2, 3}));
   auto pointwise = p.groups(KernelKind::Pointwise);

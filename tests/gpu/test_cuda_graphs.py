@@ -46,13 +46,15 @@ def test_held_outputs_are_never_overwritten_by_a_replay() -> None:
 
 
 def test_host_synchronising_graph_runs_uncaptured_and_says_why() -> None:
+    # An integer .item() stays aten._local_scalar_dense in the graph (a float
+    # one is traced as tensor arithmetic and never reaches the host).
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return x * x.sum().item()
+        return x * x.sum().long().item()
 
     torch._dynamo.config.capture_scalar_outputs = True
     try:
         compiled = torch.compile(fn, backend="mybackend", mode="reduce-overhead")
-        x = torch.randn(16, device="cuda")
+        x = torch.randn(16, device="cuda") * 5
         records = []
         for _ in range(3):
             out, new = compiled_records(lambda: compiled(x))

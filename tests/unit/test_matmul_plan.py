@@ -240,3 +240,32 @@ def test_explain_dump_shows_the_matmul_spec() -> None:
     lowered = lower(cuda_gm, [])
     text = format_kernels(_C.compile(lowered.graph, {}, None).report())
     assert "-> matmul" in text and "epilogue=none" in text
+
+
+def test_matmul_norm_and_pointwise_planners_share_partitions() -> None:
+    """Note [Claimed groups]: products claim first, norms next, pointwise last."""
+    # f32: a CPU trace of bf16 layer norm saves bf16 statistics, which the
+    # norm planner refuses.
+    f32 = torch.float32
+    module = nn.Sequential(nn.Linear(8, 16, dtype=f32), nn.ReLU(), nn.LayerNorm(16, dtype=f32))
+    graphs = _aot_graphs(module, X2.to(f32).requires_grad_())
+    for kind in ("forward", "backward"):
+        kernels, ops = _kernels(graphs[kind], generated_kernels=True)
+        placed = [n for k in kernels for n in k["nodes"]]
+        assert len(placed) == len(set(placed)), kernels
+        by_kind: dict[str, list[list[str]]] = {}
+        for k in kernels:
+            by_kind.setdefault(k["kind"], []).append([ops[n] for n in k["nodes"]])
+        assert by_kind.get("matmul"), (kind, by_kind)
+        assert by_kind.get("norm"), (kind, by_kind)
+        norm_ops = {op for group in by_kind["norm"] for op in group}
+        if kind == "forward":
+            assert any(g[-1] == "aten::relu.default" for g in by_kind["matmul"]), by_kind
+            assert "aten::native_layer_norm.default" in norm_ops
+        else:
+            assert "aten::native_layer_norm_backward.default" in norm_ops
+            # The bias gradient is the weight gradient's BGRADB, not a reduction.
+            sums = [
+                g for groups in by_kind.values() for g in groups if "aten::sum.dim_IntList" in g
+            ]
+            assert sums and all(g in by_kind["matmul"] for g in sums), by_kind

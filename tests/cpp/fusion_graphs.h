@@ -1,19 +1,23 @@
-// Shared by the fusion tests: hand-built IR graphs and a checked plan.
+// Hand-built IR graphs for the fusion planner tests (pointwise, reduction,
+// matmul), and plan(), which runs partitioning and fusion planning
+// (generated kernels and matmul groups on unless told otherwise) and checks
+// that every partition's groups cover it exactly once in a valid order.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusion/fusion_plan.h"
 #include "ir/graph.h"
 
-namespace mybackend::fusion_testing {
+namespace mybackend {
+namespace {
 
-inline TensorType tensor(DType dtype, std::vector<std::int64_t> sizes,
-                         const char* device = "cuda:0") {
+TensorType tensor(DType dtype, std::vector<std::int64_t> sizes, const char* device = "cuda:0") {
   TensorType t;
   t.dtype = dtype;
   t.device = Device::parse(device);
@@ -27,15 +31,22 @@ inline TensorType tensor(DType dtype, std::vector<std::int64_t> sizes,
   return t;
 }
 
-inline GraphBuilder::OutputSpec out(const TensorType& t, const std::string& name = {}) {
+GraphBuilder::OutputSpec out(const TensorType& t, const std::string& name = {}) {
   return {ValueKind::Tensor, t, std::nullopt, name};
 }
 
-inline Argument v(ValueId id) { return Argument::of_value(id); }
+Argument v(ValueId id) { return Argument::of_value(id); }
 
-inline FusionOptions pointwise_options() {
+Argument ints(std::vector<std::int64_t> values) {
+  std::vector<Argument> items;
+  for (auto x : values) items.push_back(Argument::of_int(x));
+  return Argument::of_list(std::move(items));
+}
+
+// The defaults with generated kernels on (matmul groups are on by default).
+FusionOptions generated_options() {
   FusionOptions options;
-  options.pointwise = true;
+  options.generated_kernels = true;
   return options;
 }
 
@@ -53,10 +64,7 @@ struct Planned {
   }
 };
 
-// Plans every node as supported; with `options` unset, generated pointwise
-// groups are on. Checks each partition's groups cover it once, in an order
-// where every node's inputs are ready.
-inline Planned plan(GraphBuilder& builder, FusionOptions options = pointwise_options()) {
+Planned plan(GraphBuilder& builder, const FusionOptions& options = generated_options()) {
   Planned result{builder.build(), {}};
   std::vector<bool> supported(result.graph.nodes().size(), true);
   std::vector<bool> view_only(result.graph.nodes().size(), false);
@@ -89,4 +97,5 @@ inline Planned plan(GraphBuilder& builder, FusionOptions options = pointwise_opt
   return result;
 }
 
-}  // namespace mybackend::fusion_testing
+}  // namespace
+}  // namespace mybackend

@@ -1,0 +1,369 @@
+#include "fusion/norm_lowering.h"
+
+#include <algorithm>
+
+#include "fusion/pointwise_planner.h"
+#include "fusion/reduction_lowering.h"
+
+namespace mybackend {
+namespace {
+
+const Argument& arg_at(const Node& node, std::size_t i) {
+  static const Argument kNone;
+  return i < node.args.size() ? node.args[i] : kNone;
+}
+
+const TensorType* tensor_arg(const Graph& graph, const Node& node, std::size_t i) {
+  const Argument& a = arg_at(node, i);
+  if (a.kind != Argument::Kind::Value) return nullptr;
+  const Value& v = graph.value(a.value);
+  return v.kind == ValueKind::Tensor ? &v.tensor : nullptr;
+}
+
+DType stats_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+std::string tensor_problem(const TensorType& t, const Device& device, const std::string& what) {
+  if (t.device.type != DeviceType::CUDA || t.device != device)
+    return what + " is not on the norm's CUDA device";
+  if (!is_floating(t.dtype) || !codegen_supports_dtype(t.dtype))
+    return what + " has dtype " + std::string(dtype_name(t.dtype));
+  return {};
+}
+
+// Common finish: both variants, validated.
+std::string finish(NormGroup& g, const std::vector<NodeId>& nodes, NormMatch* out) {
+  g.spec.aligned = true;
+  g.spec.index64 = false;
+  g.general = g.spec;
+  g.general.aligned = false;
+  g.general.index64 = true;
+  for (const NormSpec* s : {&g.spec, &g.general}) {
+    if (std::string p = validate(*s); !p.empty()) return "invalid spec: " + p;
+  }
+  out->nodes = nodes;
+  std::sort(out->nodes.begin(), out->nodes.end());
+  out->group = std::make_shared<NormGroup>(std::move(g));
+  return {};
+}
+
+std::string last_dim(const Node& node, std::size_t dim_arg, std::int64_t rank) {
+  const Argument& d = arg_at(node, dim_arg);
+  if (d.kind != Argument::Kind::Int) return "the softmax dim is not a constant";
+  const std::int64_t dim = d.i < 0 ? d.i + rank : d.i;
+  if (dim != rank - 1) return "softmax over a dim that is not the last one runs as ATen";
+  return {};
+}
+
+std::string match_softmax(const Graph& graph, const Node& node, NormMatch* out) {
+  const bool forward =
+      node.op == "aten::_softmax.default" || node.op == "aten::_log_softmax.default";
+  const bool log = node.op.find("log_softmax") != std::string::npos;
+  const TensorType* x = tensor_arg(graph, node, 0);
+  if (x == nullptr || node.outputs.size() != 1) return "unexpected arguments";
+  const TensorType& y = graph.value(node.outputs[0]).tensor;
+  if (x->rank() == 0) return "softmax of a 0-d tensor";
+  if (std::string p = last_dim(node, forward ? 1 : 2, x->rank()); !p.empty()) return p;
+  if (std::string p = tensor_problem(*x, x->device, "the input"); !p.empty()) return p;
+  if (std::string p = tensor_problem(y, x->device, "the result"); !p.empty()) return p;
+  NormGroup g;
+  g.rows_of = node.args[0].value;
+  g.spec.dtype = x->dtype;
+  g.spec.out_dtype = forward ? y.dtype : x->dtype;
+  g.spec.weight_dtype = x->dtype;
+  if (forward) {
+    g.spec.kind = log ? NormKind::LogSoftmaxForward : NormKind::SoftmaxForward;
+    g.inputs = {{"x", node.args[0].value}};
+    g.outputs = {{"y", node.outputs[0]}};
+  } else {
+    g.spec.kind = log ? NormKind::LogSoftmaxBackward : NormKind::SoftmaxBackward;
+    const TensorType* o = tensor_arg(graph, node, 1);
+    if (o == nullptr || o->dtype != x->dtype || y.dtype != x->dtype)
+      return "softmax backward that changes the dtype runs as ATen";
+    g.inputs = {{"grad_out", node.args[0].value}, {"out", node.args[1].value}};
+    g.outputs = {{"grad_in", node.outputs[0]}};
+  }
+  return finish(g, {node.id}, out);
+}
+
+// Trailing normalized dims: weight/bias (when present) have exactly those sizes.
+std::string normalized_dims(const Node& node, std::int64_t rank, int* count) {
+  const Argument& shape = arg_at(node, node.op == "aten::native_layer_norm.default" ? 1 : 2);
+  if (shape.kind != Argument::Kind::List || shape.items.empty()) return "no normalized_shape";
+  if (static_cast<std::int64_t>(shape.items.size()) > rank) return "normalized_shape too long";
+  *count = static_cast<int>(shape.items.size());
+  return {};
+}
+
+std::string match_layer_norm(const Graph& graph, const Node& node, NormMatch* out) {
+  const bool forward = node.op == "aten::native_layer_norm.default";
+  NormGroup g;
+  if (forward) {
+    // (input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+    const TensorType* x = tensor_arg(graph, node, 0);
+    if (x == nullptr || node.outputs.size() != 3) return "unexpected arguments";
+    if (std::string p = normalized_dims(node, x->rank(), &g.normalized_dims); !p.empty()) return p;
+    if (std::string p = tensor_problem(*x, x->device, "the input"); !p.empty()) return p;
+    const TensorType* w = tensor_arg(graph, node, 2);
+    const TensorType* b = tensor_arg(graph, node, 3);
+    const Argument& eps = arg_at(node, 4);
+    if (eps.kind != Argument::Kind::Float && eps.kind != Argument::Kind::Int)
+      return "eps is not a constant";
+    g.eps = eps.kind == Argument::Kind::Float ? eps.f : static_cast<double>(eps.i);
+    g.spec.kind = NormKind::LayerNormForward;
+    g.spec.dtype = x->dtype;
+    g.spec.out_dtype = x->dtype;
+    g.spec.has_weight = w != nullptr;
+    g.spec.has_bias = b != nullptr;
+    g.spec.weight_dtype = w ? w->dtype : (b ? b->dtype : x->dtype);
+    if (w && b && w->dtype != b->dtype) return "weight and bias differ in dtype";
+    for (const TensorType* p : {w, b}) {
+      if (p == nullptr) continue;
+      if (std::string problem = tensor_problem(*p, x->device, "a parameter"); !problem.empty())
+        return problem;
+      if (p->rank() != g.normalized_dims) return "a parameter does not have normalized_shape";
+    }
+    const TensorType& y = graph.value(node.outputs[0]).tensor;
+    if (y.dtype != x->dtype) return "the result dtype differs from the input's";
+    for (int k = 1; k <= 2; ++k) {
+      const Value& stat = graph.value(node.outputs[static_cast<std::size_t>(k)]);
+      if (stat.kind != ValueKind::Tensor || stat.tensor.dtype != stats_dtype(x->dtype))
+        return "the statistics are not in the accumulation dtype";
+    }
+    g.spec.save_stats = true;
+    g.rows_of = node.args[0].value;
+    g.inputs = {{"x", node.args[0].value}};
+    if (w) g.inputs.push_back({"weight", node.args[2].value});
+    if (b) g.inputs.push_back({"bias", node.args[3].value});
+    g.outputs = {{"y", node.outputs[0]}, {"mean", node.outputs[1]}, {"rstd", node.outputs[2]}};
+    return finish(g, {node.id}, out);
+  }
+  // (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+  const TensorType* gy = tensor_arg(graph, node, 0);
+  const TensorType* x = tensor_arg(graph, node, 1);
+  const TensorType* mean = tensor_arg(graph, node, 3);
+  const TensorType* rstd = tensor_arg(graph, node, 4);
+  const TensorType* w = tensor_arg(graph, node, 5);
+  const Argument& mask = arg_at(node, 7);
+  if (!gy || !x || !mean || !rstd || node.outputs.size() != 3) return "unexpected arguments";
+  if (mask.kind != Argument::Kind::List || mask.items.size() != 3) return "no output_mask";
+  bool wanted[3];
+  for (int k = 0; k < 3; ++k) {
+    const Argument& m = mask.items[static_cast<std::size_t>(k)];
+    if (m.kind != Argument::Kind::Bool) return "output_mask is not constant";
+    wanted[k] = m.b;
+  }
+  if (!wanted[0]) return "no grad_input wanted: the parameter grads alone run as ATen";
+  if (std::string p = normalized_dims(node, x->rank(), &g.normalized_dims); !p.empty()) return p;
+  if (std::string p = tensor_problem(*x, x->device, "the input"); !p.empty()) return p;
+  if (gy->dtype != x->dtype) return "grad_out and input differ in dtype";
+  if (mean->dtype != stats_dtype(x->dtype) || rstd->dtype != stats_dtype(x->dtype))
+    return "the statistics are not in the accumulation dtype";
+  const bool want_w = wanted[1] && w != nullptr;
+  const bool want_b = wanted[2];
+  g.spec.kind = NormKind::LayerNormBackward;
+  g.spec.dtype = x->dtype;
+  g.spec.out_dtype = x->dtype;
+  g.spec.has_weight = w != nullptr;
+  g.spec.has_bias = want_b;
+  g.spec.param_grads = want_w || want_b;
+  g.spec.weight_dtype = w ? w->dtype : x->dtype;
+  if (w) {
+    if (std::string p = tensor_problem(*w, x->device, "the weight"); !p.empty()) return p;
+    if (w->rank() != g.normalized_dims) return "the weight does not have normalized_shape";
+  }
+  if (want_b) {
+    const Value& db = graph.value(node.outputs[2]);
+    if (db.kind != ValueKind::Tensor || db.tensor.dtype != g.spec.weight_dtype)
+      return "grad_bias has another dtype than the weight";
+  }
+  g.rows_of = node.args[1].value;
+  g.inputs = {{"grad_out", node.args[0].value},
+              {"x", node.args[1].value},
+              {"mean", node.args[3].value},
+              {"rstd", node.args[4].value}};
+  if (w) g.inputs.push_back({"weight", node.args[5].value});
+  g.outputs = {{"grad_in", node.outputs[0]}};
+  // A grad_weight nobody asked for is still computed (into scratch memory).
+  if (g.spec.param_grads && w) g.outputs.push_back({"grad_weight", want_w ? node.outputs[1] : -1});
+  if (want_b) g.outputs.push_back({"grad_bias", node.outputs[2]});
+  return finish(g, {node.id}, out);
+}
+
+// ---- RMS norm (Note [RMS-norm chain]) ---------------------------------------
+
+bool is_number(const Argument& a, double* value) {
+  if (a.kind == Argument::Kind::Float)
+    *value = a.f;
+  else if (a.kind == Argument::Kind::Int)
+    *value = static_cast<double>(a.i);
+  else
+    return false;
+  return true;
+}
+
+bool is_convert(const Node& n) {
+  return n.op == "aten::_to_copy.default" || n.op == "prims::convert_element_type.default";
+}
+
+// The only reader of `v`, when exactly one node reads it and the graph does
+// not return it.
+const Node* sole_reader(const GraphIndex& index, ValueId v) {
+  const auto& readers = index.readers[static_cast<std::size_t>(v)];
+  if (readers.size() != 1 || index.graph_output[static_cast<std::size_t>(v)]) return nullptr;
+  return &index.graph.node(readers[0]);
+}
+
+// mul.Tensor(a, b) with {a, b} == {v, other}: returns other, or -1.
+ValueId mul_partner(const Node& n, ValueId v) {
+  if (n.op != "aten::mul.Tensor" || n.args.size() < 2) return -1;
+  const Argument& a = n.args[0];
+  const Argument& b = n.args[1];
+  if (a.kind != Argument::Kind::Value || b.kind != Argument::Kind::Value) return -1;
+  if (a.value == v) return b.value;
+  if (b.value == v) return a.value;
+  return -1;
+}
+
+std::string match_rms_norm(const GraphIndex& index, const Node& mean, NormMatch* out) {
+  const Graph& graph = index.graph;
+  if (mean.op != "aten::mean.dim") return "not an RMS-norm chain";
+  ReductionNode r;
+  if (std::string p = parse_reduction(graph, mean, &r); !p.empty()) return p;
+  const TensorType& sq_type = graph.value(r.input).tensor;
+  const std::int64_t rank = sq_type.rank();
+  const Argument& keepdim = arg_at(mean, 2);
+  if (r.end != rank || keepdim.kind != Argument::Kind::Bool || !keepdim.b)
+    return "not an RMS-norm chain (mean over trailing dims with keepdim)";
+  // Square: pow(xs, 2) or mul(xs, xs).
+  const NodeId square_id = graph.value(r.input).producer;
+  if (square_id < 0) return "not an RMS-norm chain (no square)";
+  const Node& square = graph.node(square_id);
+  ValueId xs = -1;
+  double exponent = 0;
+  if (square.op == "aten::pow.Tensor_Scalar" && square.args.size() >= 2 &&
+      square.args[0].kind == Argument::Kind::Value && is_number(square.args[1], &exponent) &&
+      exponent == 2.0) {
+    xs = square.args[0].value;
+  } else if (square.op == "aten::mul.Tensor" && square.args.size() >= 2 &&
+             square.args[0].kind == Argument::Kind::Value &&
+             square.args[1].kind == Argument::Kind::Value &&
+             square.args[0].value == square.args[1].value) {
+    xs = square.args[0].value;
+  } else {
+    return "not an RMS-norm chain (the mean's input is no square)";
+  }
+  if (sole_reader(index, r.input) != &mean) return "the square is read elsewhere";
+  const Node* add = sole_reader(index, mean.outputs[0]);
+  double eps = 0;
+  if (add == nullptr || (add->op != "aten::add.Scalar" && add->op != "aten::add.Tensor") ||
+      add->args.size() < 2 || add->args[0].kind != Argument::Kind::Value ||
+      add->args[0].value != mean.outputs[0] || !is_number(add->args[1], &eps) ||
+      (add->args.size() > 2 && add->args[2].kind != Argument::Kind::None &&
+       !(add->args[2].kind == Argument::Kind::Int && add->args[2].i == 1)))
+    return "not an RMS-norm chain (no mean + eps)";
+  const Node* rsqrt = sole_reader(index, add->outputs[0]);
+  if (rsqrt == nullptr || rsqrt->op != "aten::rsqrt.default")
+    return "not an RMS-norm chain (no rsqrt)";
+  const ValueId rstd = rsqrt->outputs[0];
+  // The normalising mul: the one reader of rstd that multiplies xs.
+  const Node* scale = nullptr;
+  for (NodeId reader : index.readers[static_cast<std::size_t>(rstd)]) {
+    if (mul_partner(graph.node(reader), rstd) == xs) scale = &graph.node(reader);
+  }
+  if (scale == nullptr) return "not an RMS-norm chain (no x * rsqrt)";
+  std::vector<NodeId> nodes = {square.id, mean.id, add->id, rsqrt->id, scale->id};
+  // x: xs, or the tensor xs upcasts when that copy serves only this chain.
+  ValueId x = xs;
+  const NodeId xs_producer = graph.value(xs).producer;
+  if (xs_producer >= 0 && is_convert(graph.node(xs_producer)) &&
+      graph.node(xs_producer).args[0].kind == Argument::Kind::Value) {
+    std::set<NodeId> chain = {square.id, scale->id};
+    if (!index.used_outside(xs, chain)) {
+      nodes.push_back(xs_producer);
+      x = graph.node(xs_producer).args[0].value;
+    }
+  }
+  const TensorType& xt = graph.value(x).tensor;
+  if (std::string p = tensor_problem(xt, xt.device, "the input"); !p.empty()) return p;
+  if (graph.value(x).kind != ValueKind::Tensor) return "the input is not a tensor";
+  ValueId y = scale->outputs[0];
+  ValueId weight = -1;
+  if (const Node* w = sole_reader(index, y)) {
+    const ValueId partner = mul_partner(*w, y);
+    if (partner >= 0 && graph.value(partner).kind == ValueKind::Tensor &&
+        graph.value(partner).tensor.rank() == rank - r.begin) {
+      weight = partner;
+      nodes.push_back(w->id);
+      y = w->outputs[0];
+    }
+  }
+  if (const Node* c = sole_reader(index, y);
+      c && is_convert(*c) && graph.value(c->outputs[0]).tensor.dtype == xt.dtype) {
+    nodes.push_back(c->id);
+    y = c->outputs[0];
+  }
+  const TensorType& yt = graph.value(y).tensor;
+  if (yt.dtype != xt.dtype) return "the RMS-norm chain's result dtype differs from its input's";
+  if (shape_key(yt) != shape_key(xt)) return "the RMS-norm chain changes the shape";
+  NormGroup g;
+  g.spec.kind = NormKind::RmsNormForward;
+  g.spec.dtype = xt.dtype;
+  g.spec.out_dtype = xt.dtype;
+  g.spec.has_weight = weight >= 0;
+  g.spec.weight_dtype = weight >= 0 ? graph.value(weight).tensor.dtype : xt.dtype;
+  if (weight >= 0) {
+    if (std::string p = tensor_problem(graph.value(weight).tensor, xt.device, "the weight");
+        !p.empty())
+      return p;
+  }
+  std::set<NodeId> members(nodes.begin(), nodes.end());
+  g.spec.save_stats = index.used_outside(rstd, members);
+  if (g.spec.save_stats && graph.value(rstd).tensor.dtype != stats_dtype(xt.dtype))
+    return "rsqrt is kept and not in the accumulation dtype";
+  for (NodeId n : nodes) {
+    for (ValueId o : graph.node(n).outputs) {
+      if (o != y && o != rstd && o != xs && index.used_outside(o, members))
+        return "an intermediate of the RMS-norm chain is read elsewhere";
+    }
+  }
+  if (xs != x && index.used_outside(xs, members)) return "the upcast input is read elsewhere";
+  if (!index.convex(members)) return "the RMS-norm chain is not convex";
+  g.eps = eps;
+  g.normalized_dims = static_cast<int>(rank - r.begin);
+  g.rows_of = x;
+  g.inputs = {{"x", x}};
+  if (weight >= 0) g.inputs.push_back({"weight", weight});
+  g.outputs = {{"y", y}};
+  if (g.spec.save_stats) g.outputs.push_back({"rstd", rstd});
+  return finish(g, nodes, out);
+}
+
+}  // namespace
+
+bool is_norm_anchor(const std::string& op) {
+  return op == "aten::_softmax.default" || op == "aten::_log_softmax.default" ||
+         op == "aten::_softmax_backward_data.default" ||
+         op == "aten::_log_softmax_backward_data.default" ||
+         op == "aten::native_layer_norm.default" ||
+         op == "aten::native_layer_norm_backward.default";
+}
+
+std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partition, NodeId anchor,
+                       NormMatch* out) {
+  const Node& node = index.graph.node(anchor);
+  std::string problem;
+  if (node.op.find("softmax") != std::string::npos && is_norm_anchor(node.op)) {
+    problem = match_softmax(index.graph, node, out);
+  } else if (node.op.find("native_layer_norm") != std::string::npos) {
+    problem = match_layer_norm(index.graph, node, out);
+  } else {
+    problem = match_rms_norm(index, node, out);
+  }
+  if (!problem.empty()) return problem;
+  for (NodeId n : out->nodes) {
+    if (partition.count(n) == 0) return "part of the norm lies outside the partition";
+  }
+  return {};
+}
+
+}  // namespace mybackend

@@ -1,0 +1,257 @@
+#include "fusion/reduction_lowering.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/error.h"
+#include "fusion/pointwise_lowering.h"
+#include "fusion/pointwise_planner.h"
+
+namespace mybackend {
+namespace {
+
+const Argument& arg_at(const Node& node, std::size_t i) {
+  static const Argument kNone;
+  return i < node.args.size() ? node.args[i] : kNone;
+}
+
+bool single_dim_argument(const Argument& arg, std::int64_t rank, std::vector<int>* dims) {
+  if (arg.kind == Argument::Kind::None) return dims_argument(arg, rank, dims);
+  if (arg.kind != Argument::Kind::Int) return false;
+  return dims_argument(Argument::of_list({arg}), rank, dims);
+}
+
+// Arguments of each overload the planner reduces: where dims, keepdim,
+// dtype and correction sit in the schema.
+struct Overload {
+  ReduceOp op;
+  int dims = -1;        // argument index of int[]? dim (-1: every dim)
+  bool single = false;  // int? dim (argmax/argmin, prod.dim_int)
+  int dtype = -1;       // argument index of ScalarType? dtype
+  int correction = -1;  // argument index of Scalar? correction
+};
+
+const Overload* overload_of(const std::string& op) {
+  static const std::pair<const char*, Overload> table[] = {
+      {"aten::sum.dim_IntList", {ReduceOp::Sum, 1, false, 3, -1}},
+      {"aten::sum.default", {ReduceOp::Sum, -1, false, 1, -1}},
+      {"aten::mean.dim", {ReduceOp::Mean, 1, false, 3, -1}},
+      {"aten::mean.default", {ReduceOp::Mean, -1, false, 1, -1}},
+      {"aten::prod.dim_int", {ReduceOp::Prod, 1, true, 3, -1}},
+      {"aten::prod.default", {ReduceOp::Prod, -1, false, 1, -1}},
+      {"aten::amax.default", {ReduceOp::Amax, 1, false, -1, -1}},
+      {"aten::amin.default", {ReduceOp::Amin, 1, false, -1, -1}},
+      {"aten::var.correction", {ReduceOp::Var, 1, false, -1, 2}},
+      {"aten::std.correction", {ReduceOp::Std, 1, false, -1, 2}},
+      {"aten::argmax.default", {ReduceOp::Argmax, 1, true, -1, -1}},
+      {"aten::argmin.default", {ReduceOp::Argmin, 1, true, -1, -1}},
+  };
+  for (const auto& [name, overload] : table) {
+    if (op == name) return &overload;
+  }
+  return nullptr;
+}
+
+TensorArg arg_for(const TensorType& t, const std::string& space_key, int rank) {
+  const bool full = shape_key(t) == space_key && likely_contiguous(t);
+  if (rank == 0) return TensorArg{t.dtype, IndexMode::Contiguous, 0};
+  return full ? TensorArg{t.dtype, IndexMode::Aligned, 0}
+              : TensorArg{t.dtype, IndexMode::Strided, rank};
+}
+
+void make_general(PointwiseSpec& spec) {
+  spec.index64 = true;
+  if (spec.rank == 0) return;
+  for (auto& t : spec.inputs) t = TensorArg{t.dtype, IndexMode::Strided, spec.rank};
+  for (auto& o : spec.outputs) o.tensor = TensorArg{o.tensor.dtype, IndexMode::Strided, spec.rank};
+}
+
+}  // namespace
+
+bool dims_argument(const Argument& arg, std::int64_t rank, std::vector<int>* dims) {
+  dims->clear();
+  if (arg.kind == Argument::Kind::None || (arg.kind == Argument::Kind::List && arg.items.empty())) {
+    for (int d = 0; d < rank; ++d) dims->push_back(d);
+    return true;
+  }
+  if (arg.kind != Argument::Kind::List) return false;
+  for (const Argument& item : arg.items) {
+    if (item.kind != Argument::Kind::Int) return false;
+    std::int64_t d = item.i < 0 ? item.i + rank : item.i;
+    if (d < 0 || d >= rank) return false;
+    dims->push_back(static_cast<int>(d));
+  }
+  std::sort(dims->begin(), dims->end());
+  dims->erase(std::unique(dims->begin(), dims->end()), dims->end());
+  return true;
+}
+
+std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out) {
+  if (node.kind != NodeKind::Aten) return "not an ATen node";
+  const Overload* overload = overload_of(node.op);
+  if (overload == nullptr) return "no generated reduction for " + node.op;
+  if (node.outputs.size() != 1 || node.args.empty()) return "unexpected arguments";
+  const Argument& self = node.args[0];
+  if (self.kind != Argument::Kind::Value) return "the input is not a tensor";
+  const Value& in = graph.value(self.value);
+  const Value& result = graph.value(node.outputs[0]);
+  if (in.kind != ValueKind::Tensor || result.kind != ValueKind::Tensor)
+    return "the input or result is not a tensor";
+  const TensorType& t = in.tensor;
+  if (t.rank() == 0) return "reduces a 0-d tensor";
+  if (t.rank() > kMaxKernelRank) return "rank above " + std::to_string(kMaxKernelRank);
+  if (t.device.type != DeviceType::CUDA || result.tensor.device != t.device)
+    return "not on one CUDA device";
+  if (!codegen_supports_dtype(t.dtype) || !codegen_supports_dtype(result.tensor.dtype))
+    return "dtype codegen lacks";
+  std::vector<int> dims;
+  const bool ok =
+      overload->dims < 0
+          ? dims_argument(Argument::none(), t.rank(), &dims)
+          : (overload->single ? single_dim_argument(arg_at(node, overload->dims), t.rank(), &dims)
+                              : dims_argument(arg_at(node, overload->dims), t.rank(), &dims));
+  if (!ok) return "the reduced dims are not constant";
+  for (std::size_t k = 1; k < dims.size(); ++k) {
+    if (dims[k] != dims[k - 1] + 1) return "the reduced dims are not one contiguous range";
+  }
+  ReductionNode r;
+  r.op = overload->op;
+  r.input = self.value;
+  r.output = node.outputs[0];
+  r.begin = dims.front();
+  r.end = dims.back() + 1;
+  r.value_dtype = t.dtype;
+  if (overload->dtype >= 0) {
+    const Argument& dtype = arg_at(node, static_cast<std::size_t>(overload->dtype));
+    if (dtype.kind == Argument::Kind::DType) r.value_dtype = static_cast<DType>(dtype.i);
+  }
+  // torch sums and multiplies bool and integers into int64.
+  if (r.value_dtype == DType::Bool) r.value_dtype = DType::Int64;
+  if (overload->correction >= 0) {
+    const Argument& c = arg_at(node, static_cast<std::size_t>(overload->correction));
+    if (c.kind == Argument::Kind::Int) {
+      r.correction = static_cast<double>(c.i);
+    } else if (c.kind == Argument::Kind::Float) {
+      r.correction = c.f;
+    } else if (c.kind != Argument::Kind::None) {
+      return "the correction is not a constant";
+    }
+  }
+  *out = r;
+  return {};
+}
+
+std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& index,
+                                                            const ReductionNode& reduction,
+                                                            const std::vector<NodeId>& prologue,
+                                                            const std::vector<NodeId>& epilogue,
+                                                            std::string* why) {
+  const Graph& graph = index.graph;
+  std::set<NodeId> members(prologue.begin(), prologue.end());
+  members.insert(epilogue.begin(), epilogue.end());
+  members.insert(graph.value(reduction.output).producer);
+  const TensorType& in_type = graph.value(reduction.input).tensor;
+  const TensorType& out_type = graph.value(reduction.output).tensor;
+  const int in_rank = static_cast<int>(in_type.rank());
+  const int out_rank = static_cast<int>(out_type.rank());
+
+  auto group = std::make_shared<ReductionGroup>();
+  group->reduced = reduction.input;
+  group->result = reduction.output;
+  group->reduce_begin = reduction.begin;
+  group->reduce_end = reduction.end;
+
+  // Prologue: the value reduced, at each element of the input space, in its
+  // logical dtype (eager rounds producers' results before reducing).
+  PointwiseSsa pro(graph);
+  for (NodeId id : prologue) {
+    if (std::string p = pro.add_node(graph.node(id)); !p.empty()) {
+      *why = graph.node(id).name + ": " + p;
+      return nullptr;
+    }
+  }
+  PointwiseSpec& pspec = pro.spec();
+  const std::int32_t reduced = pro.logical(reduction.input);
+  std::int32_t value = reduced;
+  if (pspec.instrs[static_cast<std::size_t>(value)].dtype != reduction.value_dtype) {
+    pspec.instrs.push_back(PwInstr{PwOp::Cast, reduction.value_dtype, {value}, -1});
+    value = static_cast<std::int32_t>(pspec.instrs.size() - 1);
+  }
+  pspec.outputs.push_back(
+      PwOutput{TensorArg{reduction.value_dtype, IndexMode::Contiguous, 0}, value});
+  pspec.rank = in_rank;
+  group->inputs = pro.inputs();
+  const std::string in_key = shape_key(in_type);
+  for (std::size_t k = 0; k < pspec.inputs.size(); ++k)
+    pspec.inputs[k] = arg_for(graph.value(group->inputs[k]).tensor, in_key, in_rank);
+
+  // Epilogue: input 0 is the reduced value; outputs are what leaves the group.
+  PointwiseSsa epi(graph);
+  epi.logical(reduction.output);
+  for (NodeId id : epilogue) {
+    if (std::string p = epi.add_node(graph.node(id)); !p.empty()) {
+      *why = graph.node(id).name + ": " + p;
+      return nullptr;
+    }
+  }
+  PointwiseSpec& espec = epi.spec();
+  espec.rank = out_rank;
+  const std::string out_key = shape_key(out_type);
+  std::vector<NodeId> stored = {graph.value(reduction.output).producer};
+  stored.insert(stored.end(), epilogue.begin(), epilogue.end());
+  for (NodeId id : stored) {
+    const ValueId v = graph.node(id).outputs[0];
+    if (!index.used_outside(v, members)) continue;
+    const TensorType& t = graph.value(v).tensor;
+    espec.outputs.push_back(PwOutput{arg_for(t, out_key, out_rank), epi.logical(v)});
+    group->outputs.push_back(v);
+  }
+  if (group->outputs.empty()) {
+    *why = "the group computes nothing anyone reads";
+    return nullptr;
+  }
+  group->epilogue_inputs = epi.inputs();
+  MB_ASSERT(!group->epilogue_inputs.empty() && group->epilogue_inputs[0] == reduction.output,
+            "the epilogue's input 0 must be the reduced value");
+  espec.inputs[0] = TensorArg{out_type.dtype, IndexMode::Contiguous, 0};
+  for (std::size_t k = 1; k < espec.inputs.size(); ++k)
+    espec.inputs[k] = arg_for(graph.value(group->epilogue_inputs[k]).tensor, out_key, out_rank);
+
+  ReductionSpec spec;
+  spec.op = reduction.op;
+  spec.axis = reduction.end == in_rank ? ReduceAxis::Inner : ReduceAxis::Outer;
+  // Short rows of a known length: a warp per row keeps the block busy.
+  std::int64_t row_length = 1;
+  bool static_row = true;
+  for (int d = reduction.begin; d < reduction.end; ++d) {
+    const Dim& size = in_type.sizes[static_cast<std::size_t>(d)];
+    static_row = static_row && size.is_static();
+    if (size.is_static()) row_length *= size.static_value();
+  }
+  spec.strategy = spec.axis == ReduceAxis::Inner && static_row && row_length <= 256
+                      ? ReduceStrategy::WarpPerRow
+                      : ReduceStrategy::BlockPerRow;
+  spec.input_rank = in_rank;
+  spec.prologue = std::move(pspec);
+  spec.out_dtype = out_type.dtype;
+  spec.correction = reduction.correction;
+  spec.output_rank = out_rank;
+  spec.epilogue = std::move(espec);
+  spec.index64 = false;
+  spec.threads = 256;
+  ReductionSpec general = spec;
+  general.index64 = true;
+  make_general(*general.prologue);
+  make_general(*general.epilogue);
+  for (const ReductionSpec* s : {&spec, &general}) {
+    if (std::string p = validate(*s); !p.empty()) {
+      *why = "invalid spec: " + p;
+      return nullptr;
+    }
+  }
+  group->spec = std::move(spec);
+  group->general = std::move(general);
+  return group;
+}
+
+}  // namespace mybackend

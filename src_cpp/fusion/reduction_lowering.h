@@ -1,0 +1,44 @@
+// ATen reductions -> ReductionSpec (the "parametrise" step of the reduction
+// planner): what a reduction node computes, over which dims, and the spec of
+// a group made of elementwise prologue nodes, the reduction and elementwise
+// epilogue nodes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_spec.h"
+#include "fusion/fusion_plan.h"
+#include "fusion/graph_index.h"
+
+namespace mybackend {
+
+// One reduction node, read from its ATen arguments.
+struct ReductionNode {
+  ReduceOp op = ReduceOp::Sum;
+  ValueId input = -1;
+  ValueId output = -1;
+  int begin = 0;  // reduced dims of the input: [begin, end), one contiguous range
+  int end = 0;
+  DType value_dtype = DType::Float32;  // what is reduced (sum's dtype= argument converts first)
+  double correction = 1.0;             // var/std
+};
+
+// Why `node` is no reduction the planner handles (empty when it is; then
+// *out is filled). Reduced dims must form one contiguous range: the
+// innermost dims (ReduceAxis::Inner) or a middle range (Outer).
+std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out);
+
+// The spec of prologue nodes + reduction + epilogue nodes (each ascending),
+// or null with *why. `members` is the whole group.
+std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& index,
+                                                            const ReductionNode& reduction,
+                                                            const std::vector<NodeId>& prologue,
+                                                            const std::vector<NodeId>& epilogue,
+                                                            std::string* why);
+
+// Normalised dims of an int[]? argument over a tensor of `rank` (None or []
+// mean every dim); false when an entry is not an int or out of range.
+bool dims_argument(const Argument& arg, std::int64_t rank, std::vector<int>* dims);
+
+}  // namespace mybackend

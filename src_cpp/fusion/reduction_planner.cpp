@@ -1,0 +1,152 @@
+#include "fusion/reduction_planner.h"
+
+#include <functional>
+#include <queue>
+#include <set>
+
+#include "capability/registry.h"
+#include "fusion/norm_lowering.h"
+#include "fusion/pointwise_planner.h"
+#include "fusion/reduction_lowering.h"
+
+namespace mybackend {
+namespace {
+
+std::string space_key(const TensorType& t) { return shape_key(t) + "@" + t.device.str(); }
+
+// An elementwise node that may join a reduction group on the side whose
+// shape is `key`.
+bool elementwise_of_space(const Graph& graph, const Node& node, const std::string& key) {
+  if (!pointwise_candidate_problem(graph, node).empty()) return false;
+  return space_key(graph.value(node.outputs[0]).tensor) == key;
+}
+
+std::string kind_text(NormKind kind) { return std::string(norm_kind_name(kind)); }
+
+struct Claimer {
+  const GraphIndex& index;
+  std::set<NodeId> partition;
+  ClaimedGroups& claimed;
+
+  bool free(NodeId n) const { return partition.count(n) && !claimed.claimed(n); }
+
+  void try_norm(NodeId anchor) {
+    NormMatch match;
+    const std::string problem = match_norm(index, partition, anchor, &match);
+    if (!problem.empty()) {
+      if (is_norm_anchor(index.graph.node(anchor).op)) claimed.refuse(anchor, problem);
+      return;
+    }
+    for (NodeId n : match.nodes) {
+      if (!free(n)) return;
+    }
+    KernelGroup group;
+    group.kind = KernelKind::Norm;
+    group.nodes = match.nodes;
+    group.norm = match.group;
+    group.spec = match.group->spec.to_string();
+    group.why =
+        kind_text(match.group->spec.kind) + " as one generated row-wise kernel" +
+        (match.nodes.size() > 1 ? " (replaces " + std::to_string(match.nodes.size()) + " ATen ops)"
+                                : "");
+    claimed.claim(std::move(group));
+  }
+
+  std::vector<NodeId> prologue_of(const ReductionNode& r, std::set<NodeId>& members) {
+    const Graph& graph = index.graph;
+    const std::string key = space_key(graph.value(r.input).tensor);
+    std::priority_queue<NodeId> pending;  // highest id first: users before producers
+    if (graph.value(r.input).producer >= 0) pending.push(graph.value(r.input).producer);
+    std::vector<NodeId> prologue;
+    while (!pending.empty()) {
+      const NodeId p = pending.top();
+      pending.pop();
+      if (!free(p) || members.count(p)) continue;
+      const Node& node = graph.node(p);
+      if (!elementwise_of_space(graph, node, key)) continue;
+      if (index.used_outside(node.outputs[0], members)) continue;
+      members.insert(p);
+      prologue.push_back(p);
+      for (NodeId q : index.producers[static_cast<std::size_t>(p)]) pending.push(q);
+    }
+    std::sort(prologue.begin(), prologue.end());
+    return prologue;
+  }
+
+  std::vector<NodeId> epilogue_of(const ReductionNode& r, NodeId reduction,
+                                  std::set<NodeId>& members) {
+    const Graph& graph = index.graph;
+    const std::string key = space_key(graph.value(r.output).tensor);
+    std::priority_queue<NodeId, std::vector<NodeId>, std::greater<>> pending;  // lowest first
+    for (NodeId u : index.users[static_cast<std::size_t>(reduction)]) pending.push(u);
+    std::vector<NodeId> epilogue;
+    while (!pending.empty()) {
+      const NodeId u = pending.top();
+      pending.pop();
+      if (!free(u) || members.count(u)) continue;
+      if (!elementwise_of_space(graph, graph.node(u), key)) continue;
+      std::set<NodeId> trial = members;
+      trial.insert(u);
+      if (!index.convex(trial)) continue;
+      members.swap(trial);
+      epilogue.push_back(u);
+      for (NodeId next : index.users[static_cast<std::size_t>(u)]) pending.push(next);
+    }
+    return epilogue;
+  }
+
+  void try_reduction(NodeId n) {
+    const Graph& graph = index.graph;
+    const Node& node = graph.node(n);
+    ReductionNode r;
+    if (std::string problem = parse_reduction(graph, node, &r); !problem.empty()) {
+      const OpEntry* entry = CapabilityRegistry::builtin().find(node.op);
+      if (entry != nullptr && entry->op_class == OpClass::Reduction) claimed.refuse(n, problem);
+      return;
+    }
+    std::set<NodeId> members = {n};
+    const std::vector<NodeId> prologue = prologue_of(r, members);
+    const std::vector<NodeId> epilogue = epilogue_of(r, n, members);
+    if (prologue.empty() && epilogue.empty()) {
+      claimed.refuse(n,
+                     "a lone reduction (no elementwise prologue or epilogue) gains nothing over "
+                     "ATen's kernel");
+      return;
+    }
+    std::string why;
+    std::shared_ptr<const ReductionGroup> built =
+        build_reduction_group(index, r, prologue, epilogue, &why);
+    if (!built) {
+      claimed.refuse(n, why);
+      return;
+    }
+    KernelGroup group;
+    group.kind = KernelKind::Reduction;
+    group.nodes.assign(members.begin(), members.end());
+    group.reduction = built;
+    group.spec = built->spec.to_string();
+    group.why =
+        std::string(reduce_op_name(r.op)) + " (" + std::string(reduce_axis_name(built->spec.axis)) +
+        ") with " + std::to_string(prologue.size()) + " prologue and " +
+        std::to_string(epilogue.size()) + " epilogue elementwise ops as one generated kernel";
+    claimed.claim(std::move(group));
+  }
+};
+
+}  // namespace
+
+void claim_reduction_groups(const GraphIndex& index, const std::vector<NodeId>& partition_nodes,
+                            ClaimedGroups& claimed) {
+  Claimer claimer{index, {partition_nodes.begin(), partition_nodes.end()}, claimed};
+  // Norms first: an RMS-norm chain contains a mean that would otherwise
+  // anchor a plain reduction group.
+  for (NodeId n : partition_nodes) {
+    const std::string& op = index.graph.node(n).op;
+    if (claimer.free(n) && (is_norm_anchor(op) || op == "aten::mean.dim")) claimer.try_norm(n);
+  }
+  for (NodeId n : partition_nodes) {
+    if (claimer.free(n)) claimer.try_reduction(n);
+  }
+}
+
+}  // namespace mybackend

@@ -1,0 +1,166 @@
+#include "runtime/kernel_launch.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <ATen/cuda/CUDAContext.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace mybackend {
+
+const DeviceModules::Loaded& DeviceModules::on(int device_index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = loaded_.find(device_index);
+  if (it != loaded_.end()) return *it->second;
+  auto entry = std::make_unique<Loaded>();
+  entry->context = cuda::primary_context(device_index);
+  cuda::ensure_current(entry->context);
+  for (const Variant& variant : variants_) {
+    entry->modules.push_back(std::make_unique<cuda::Module>(variant.image->image));
+    std::vector<CUfunction> functions;
+    for (const KernelEntry& e : variant.kernel.entries)
+      functions.push_back(entry->modules.back()->function(e.name));
+    entry->functions.push_back(std::move(functions));
+  }
+  entry->sm_count = std::max(1, at::cuda::getDeviceProperties(device_index)->multiProcessorCount);
+  return *loaded_.emplace(device_index, std::move(entry)).first->second;
+}
+
+KernelArgs::KernelArgs(const KernelEntry& entry)
+    : entry_(entry), words_(entry.params.size()), pointers_(entry.params.size()) {
+  for (std::size_t i = 0; i < words_.size(); ++i) {
+    words_[i].fill(0);
+    pointers_[i] = words_[i].data();
+  }
+}
+
+void KernelArgs::set_pointer(std::size_t i, const void* p) {
+  MB_ASSERT(entry_.params[i].kind == KernelParam::Kind::Pointer, "parameter ",
+            entry_.params[i].name, " is not a pointer");
+  words_[i][0] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
+}
+
+void KernelArgs::set_int(std::size_t i, std::int64_t v) {
+  MB_ASSERT(entry_.params[i].kind == KernelParam::Kind::Int64, "parameter ", entry_.params[i].name,
+            " is not an int64");
+  words_[i][0] = v;
+}
+
+void KernelArgs::set_double(std::size_t i, double v) {
+  MB_ASSERT(entry_.params[i].kind == KernelParam::Kind::Float64, "parameter ",
+            entry_.params[i].name, " is not a double");
+  static_assert(sizeof(double) == sizeof(std::int64_t));
+  std::memcpy(words_[i].data(), &v, sizeof v);
+}
+
+void KernelArgs::set_dims(std::size_t i, const std::vector<std::int64_t>& dims) {
+  const KernelParam& p = entry_.params[i];
+  MB_ASSERT(p.kind == KernelParam::Kind::Dims && static_cast<int>(dims.size()) == p.rank,
+            "rank mismatch for ", p.name);
+  std::copy(dims.begin(), dims.end(), words_[i].begin());
+}
+
+void launch_on_stream(const DeviceModules::Loaded& loaded, CUfunction fn, std::int64_t blocks,
+                      const KernelEntry& entry, KernelArgs& args, int device_index) {
+  cuda::ensure_current(loaded.context);
+  const auto stream =
+      reinterpret_cast<CUstream>(at::cuda::getCurrentCUDAStream(device_index).stream());
+  const std::int64_t grid = std::max<std::int64_t>(1, std::min<std::int64_t>(blocks, 1 << 30));
+  MB_CU_CHECK(cuda::driver().launch_kernel(
+      fn, static_cast<unsigned>(grid), 1, 1, static_cast<unsigned>(entry.block_x),
+      static_cast<unsigned>(entry.block_y), 1, 0, stream, args.data(), nullptr));
+}
+
+bool GeneratedKernelBase::run(ValueSlots& slots, const SymbolBindings& bindings) const {
+  if (disabled_.load(std::memory_order_relaxed)) return false;
+  try {
+    return launch(slots, bindings);
+  } catch (const std::exception& e) {
+    // Load or launch failed: this group runs as ATen calls from now on.
+    note(e.what());
+    disabled_.store(true);
+    return false;
+  }
+}
+
+std::string GeneratedKernelBase::problem() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return problem_;
+}
+
+void GeneratedKernelBase::note(const std::string& why) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  problem_ = why;
+}
+
+bool GeneratedKernelBase::fail(const std::string& why) const {
+  note(why);
+  return false;
+}
+
+bool iteration_strides(const at::Tensor& t, const std::vector<std::int64_t>& shape,
+                       std::vector<std::int64_t>& out) {
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  out.assign(shape.size(), 0);
+  if (t.dim() > rank) return false;
+  const std::int64_t offset = rank - t.dim();
+  for (std::int64_t k = 0; k < t.dim(); ++k) {
+    const std::int64_t size = t.size(k);
+    const std::size_t d = static_cast<std::size_t>(offset + k);
+    if (size == shape[d]) {
+      out[d] = size == 1 ? 0 : t.stride(k);
+    } else if (size != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::int64_t max_offset(const std::vector<std::int64_t>& shape,
+                        const std::vector<std::int64_t>& strides) {
+  std::int64_t extent = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    extent += (shape[d] - 1) * (strides[d] < 0 ? -strides[d] : strides[d]);
+  return extent;
+}
+
+std::optional<std::vector<std::int64_t>> evaluate_dims(const std::vector<Dim>& dims,
+                                                       const SymbolBindings& bindings) {
+  std::vector<std::int64_t> out;
+  out.reserve(dims.size());
+  for (const Dim& d : dims) {
+    std::optional<std::int64_t> v = d.evaluate(bindings);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, const std::string& what,
+                                      std::string* why) {
+  if (!slot.isTensor()) {
+    *why = what + " is not a tensor";
+    return std::nullopt;
+  }
+  const at::Tensor& t = slot.toTensor();
+  if (!t.defined() || !t.is_cuda()) {
+    *why = what + " is not a CUDA tensor";
+    return std::nullopt;
+  }
+  if (static_cast<DType>(t.scalar_type()) != dtype) {
+    *why = what + " has another dtype than compiled for";
+    return std::nullopt;
+  }
+  return t;
+}
+
+bool aligned16(const at::Tensor& t) {
+  return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA

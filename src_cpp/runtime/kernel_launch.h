@@ -1,0 +1,156 @@
+// What every generated-kernel kind shares at run time (CUDA builds only):
+// compiled variants, their modules loaded per device, kernel arguments
+// packed by parameter name, launches on the current PyTorch stream, and the
+// failure bookkeeping of Note [Never an error to the user].
+#pragma once
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codegen/emit.h"
+#include "codegen/kernel_cache.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/generated_kernel.h"
+
+namespace mybackend {
+
+// 32-bit index limit of fast variants (see PointwiseSpec::index64).
+constexpr std::int64_t kIndex32Limit = std::int64_t{1} << 30;
+
+// One compiled variant of a group: its source, entry points and image.
+struct Variant {
+  EmittedKernel kernel;
+  std::shared_ptr<const CompiledKernel> image;
+};
+
+// The variants' modules on one device, loaded on first use; functions[v][e]
+// is entry e of variant v.
+class DeviceModules {
+ public:
+  explicit DeviceModules(const std::vector<Variant>& variants) : variants_(variants) {}
+  struct Loaded {
+    CUcontext context = nullptr;
+    std::vector<std::unique_ptr<cuda::Module>> modules;
+    std::vector<std::vector<CUfunction>> functions;
+    int sm_count = 1;
+  };
+  const Loaded& on(int device_index) const;
+
+ private:
+  const std::vector<Variant>& variants_;
+  mutable std::mutex mutex_;
+  mutable std::map<int, std::unique_ptr<Loaded>> loaded_;
+};
+
+// Argument words for one entry point, filled by parameter name.
+class KernelArgs {
+ public:
+  explicit KernelArgs(const KernelEntry& entry);
+  // Calls fill(param) for each parameter; it must set the words.
+  void set_pointer(std::size_t i, const void* p);
+  void set_int(std::size_t i, std::int64_t v);
+  void set_double(std::size_t i, double v);
+  void set_dims(std::size_t i, const std::vector<std::int64_t>& dims);
+  void** data() { return pointers_.data(); }
+
+ private:
+  const KernelEntry& entry_;
+  std::vector<std::array<std::int64_t, kMaxKernelRank>> words_;
+  std::vector<void*> pointers_;
+};
+
+// cuLaunchKernel on the current PyTorch stream of `device_index`.
+void launch_on_stream(const DeviceModules::Loaded& loaded, CUfunction fn, std::int64_t blocks,
+                      const KernelEntry& entry, KernelArgs& args, int device_index);
+
+// The common part of every generated kernel: disable after a load/launch
+// failure, remember the last reason for falling back.
+class GeneratedKernelBase : public GeneratedKernel {
+ public:
+  bool run(ValueSlots& slots, const SymbolBindings& bindings) const final;
+  std::string problem() const final;
+
+ protected:
+  virtual bool launch(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
+  bool fail(const std::string& why) const;
+
+ private:
+  void note(const std::string& why) const;
+  mutable std::mutex mutex_;
+  mutable std::atomic<bool> disabled_{false};
+  mutable std::string problem_;
+};
+
+// A generated group's kernel: its group, compiled variants (fast first when
+// there are two, Note [Two pointwise variants]) and their modules.
+template <class Group>
+class GroupKernel : public GeneratedKernelBase {
+ public:
+  GroupKernel(KernelKind kind, const Graph& graph, std::shared_ptr<const Group> group,
+              std::vector<Variant> variants, std::string target)
+      : graph_(graph),
+        group_(std::move(group)),
+        variants_(std::move(variants)),
+        modules_(variants_),
+        target_(std::move(target)),
+        kind_(kind) {}
+
+  std::string description() const override {
+    std::string text =
+        std::string(kernel_kind_name(kind_)) + ": " + variants_[0].kernel.entries[0].name;
+    if (variants_.size() > 1) text += " + " + variants_[1].kernel.entries[0].name + " (general)";
+    return text + " for " + target_;
+  }
+  KernelKind kind() const override { return kind_; }
+
+ protected:
+  const Graph& graph_;
+  std::shared_ptr<const Group> group_;
+  std::vector<Variant> variants_;
+  DeviceModules modules_;  // refers to variants_
+  std::string target_;
+  KernelKind kind_;
+};
+
+// Per-dim strides of `t` over an iteration space of `shape` (stride 0
+// broadcasts); false when t does not broadcast to it.
+bool iteration_strides(const at::Tensor& t, const std::vector<std::int64_t>& shape,
+                       std::vector<std::int64_t>& out);
+// The largest element offset a tensor of these strides reaches.
+std::int64_t max_offset(const std::vector<std::int64_t>& shape,
+                        const std::vector<std::int64_t>& strides);
+// `t`'s IR sizes (or strides) evaluated with this call's bindings.
+std::optional<std::vector<std::int64_t>> evaluate_dims(const std::vector<Dim>& dims,
+                                                       const SymbolBindings& bindings);
+// The tensor in `slot` when it is a defined CUDA tensor of `dtype`, else
+// std::nullopt (and *why says which).
+std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, const std::string& what,
+                                      std::string* why);
+bool aligned16(const at::Tensor& t);
+
+// How each kind prepares its kernels: the variants to compile (fast first
+// when there are two) and how to build the runnable kernel once compiled.
+struct KernelBuild {
+  int device_index = -1;
+  std::vector<EmittedKernel> kernels;
+  std::function<std::unique_ptr<GeneratedKernel>(std::vector<Variant>, std::string target)> make;
+};
+KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group);
+KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionGroup> group);
+KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group);
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA

@@ -1,0 +1,144 @@
+// Generated pointwise groups at run time: one elementwise kernel over the
+// output shape, the fast or the general variant per call (Note [Two
+// pointwise variants]).
+#include "runtime/kernel_launch.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
+ public:
+  using GroupKernel::GroupKernel;
+
+ private:
+  bool has_fast() const { return variants_.size() > 1; }
+
+  // The fast variant's assumptions, on this call's tensors.
+  bool fast_fits(const std::vector<at::Tensor>& tensors, const std::vector<TensorArg>& args,
+                 const std::vector<std::vector<std::int64_t>>& strides,
+                 const std::vector<std::int64_t>& shape, std::int64_t numel) const {
+    if (!group_->spec.index64 && numel >= kIndex32Limit) return false;
+    for (std::size_t k = 0; k < tensors.size(); ++k) {
+      const at::Tensor& t = tensors[k];
+      if (args[k].mode == IndexMode::Strided) {
+        if (!group_->spec.index64 && max_offset(shape, strides[k]) >= kIndex32Limit) return false;
+        continue;
+      }
+      if (!t.is_contiguous() || t.numel() != numel) return false;
+      if (args[k].mode == IndexMode::Aligned && !aligned16(t)) return false;
+    }
+    return true;
+  }
+
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
+    const PointwiseGroup& g = *group_;
+    std::vector<at::Tensor> tensors;  // inputs, then outputs
+    std::string why;
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      std::optional<at::Tensor> t =
+          cuda_tensor(slots[static_cast<std::size_t>(g.inputs[k])], g.spec.inputs[k].dtype,
+                      "input " + std::to_string(k), &why);
+      if (!t) return fail(why);
+      if (k > 0 && t->device() != tensors[0].device()) return fail("inputs on different devices");
+      tensors.push_back(*t);
+    }
+    if (tensors.empty()) return fail("the group reads no tensor");
+    const auto shape = evaluate_dims(graph_.value(g.outputs[0]).tensor.sizes, bindings);
+    if (!shape) return fail("a size of the output depends on an unbound symbol");
+    std::int64_t numel = 1;
+    for (std::int64_t s : *shape) numel *= s;
+    std::vector<std::vector<std::int64_t>> strides(g.inputs.size() + g.outputs.size());
+    for (std::size_t k = 0; k < tensors.size(); ++k) {
+      if (!iteration_strides(tensors[k], *shape, strides[k]))
+        return fail("input " + std::to_string(k) + " does not broadcast to the output shape");
+    }
+    const c10::Device device = tensors[0].device();
+    c10::cuda::CUDAGuard guard(device);
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+      const auto out_strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
+      if (!out_strides) return fail("a stride of an output depends on an unbound symbol");
+      const auto dtype = static_cast<c10::ScalarType>(g.spec.outputs[k].tensor.dtype);
+      tensors.push_back(at::empty_strided(*shape, *out_strides, tensors[0].options().dtype(dtype)));
+      iteration_strides(tensors.back(), *shape, strides[g.inputs.size() + k]);
+    }
+    if (numel > 0) {
+      std::vector<TensorArg> args;
+      for (const auto& t : g.spec.inputs) args.push_back(t);
+      for (const auto& o : g.spec.outputs) args.push_back(o.tensor);
+      const bool fast = has_fast() && fast_fits(tensors, args, strides, *shape, numel);
+      launch_variant(fast ? 0 : variants_.size() - 1, tensors, strides, *shape, numel,
+                     device.index());
+    }
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+      slots[static_cast<std::size_t>(g.outputs[k])] = tensors[g.inputs.size() + k];
+    }
+    return true;
+  }
+
+  void launch_variant(std::size_t v, const std::vector<at::Tensor>& tensors,
+                      const std::vector<std::vector<std::int64_t>>& strides,
+                      const std::vector<std::int64_t>& shape, std::int64_t numel,
+                      int device_index) const {
+    const KernelEntry& entry = variants_[v].kernel.entries[0];
+    const std::size_t n_inputs = group_->inputs.size();
+    // Which tensor a parameter names: "in3" / "stride_in3" -> 3, "out1" -> n_inputs + 1.
+    auto tensor_of = [&](const std::string& name) {
+      const std::string base = name.rfind("stride_", 0) == 0 ? name.substr(7) : name;
+      if (base.rfind("out", 0) == 0) return n_inputs + std::stoul(base.substr(3));
+      MB_ASSERT(base.rfind("in", 0) == 0, "unexpected kernel parameter ", name);
+      return static_cast<std::size_t>(std::stoul(base.substr(2)));
+    };
+    KernelArgs args(entry);
+    for (std::size_t i = 0; i < entry.params.size(); ++i) {
+      const KernelParam& p = entry.params[i];
+      switch (p.kind) {
+        case KernelParam::Kind::Pointer:
+          args.set_pointer(i, tensors[tensor_of(p.name)].data_ptr());
+          break;
+        case KernelParam::Kind::Int64:
+          MB_ASSERT(p.name == "numel", "unexpected kernel parameter ", p.name);
+          args.set_int(i, numel);
+          break;
+        case KernelParam::Kind::Dims:
+          args.set_dims(i, p.name == "shape" ? shape : strides[tensor_of(p.name)]);
+          break;
+        case KernelParam::Kind::Float64:
+          MB_ASSERT(false, "pointwise groups take no scalar arguments, got ", p.name);
+      }
+    }
+    const DeviceModules::Loaded& l = modules_.on(device_index);
+    const std::int64_t per_block =
+        static_cast<std::int64_t>(entry.block_x) * std::max(1, entry.elements_per_thread);
+    const std::int64_t blocks = std::min<std::int64_t>((numel + per_block - 1) / per_block,
+                                                       static_cast<std::int64_t>(l.sm_count) * 16);
+    launch_on_stream(l, l.functions[v][0], blocks, entry, args, device_index);
+  }
+};
+
+}  // namespace
+
+KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group) {
+  KernelBuild build;
+  build.device_index = graph.value(group->outputs[0]).tensor.device.index;
+  if (group->spec.to_string() != group->general.to_string())
+    build.kernels.push_back(emit_pointwise(group->spec));
+  build.kernels.push_back(emit_pointwise(group->general));
+  build.make = [&graph, group](std::vector<Variant> variants, std::string target) {
+    return std::make_unique<PointwiseKernel>(KernelKind::Pointwise, graph, group,
+                                             std::move(variants), std::move(target));
+  };
+  return build;
+}
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA

@@ -1,0 +1,101 @@
+// IR graphs with reductions and norms, shared by the planner tests
+// (test_reduction_planner.cpp) and the NVRTC compile of what they plan
+// (test_codegen_planned.cpp). Each builder fills `b` and sets the outputs.
+#pragma once
+
+#include "fusion_graphs.h"
+
+namespace mybackend {
+namespace {
+
+ValueId node1(GraphBuilder& b, const char* op, std::vector<Argument> args, const TensorType& t,
+              const char* name) {
+  return b.add_node(NodeKind::Aten, op, std::move(args), {out(t)}, name)[0];
+}
+
+// sqrt(sum(exp(x * 2), dims, keepdim) + 1) over x of `sizes`.
+void sum_with_prologue_and_epilogue(GraphBuilder& b, DType dtype, std::vector<std::int64_t> sizes,
+                                    std::vector<std::int64_t> dims, bool keepdim) {
+  const TensorType t = tensor(dtype, sizes);
+  std::vector<std::int64_t> out_sizes;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    const bool reduced =
+        std::find(dims.begin(), dims.end(), static_cast<std::int64_t>(d)) != dims.end();
+    if (!reduced) out_sizes.push_back(sizes[d]);
+    if (reduced && keepdim) out_sizes.push_back(1);
+  }
+  const TensorType r = tensor(dtype, out_sizes);
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId m = node1(b, "aten::mul.Tensor", {v(x), Argument::of_float(2.0)}, t, "mul");
+  ValueId e = node1(b, "aten::exp.default", {v(m)}, t, "exp");
+  ValueId s = node1(b, "aten::sum.dim_IntList",
+                    {v(e), ints(dims), Argument::of_bool(keepdim), Argument::none()}, r, "sum");
+  ValueId a =
+      node1(b, "aten::add.Tensor", {v(s), Argument::of_int(1), Argument::of_int(1)}, r, "add");
+  ValueId q = node1(b, "aten::sqrt.default", {v(a)}, r, "sqrt");
+  b.set_outputs({v(q)});
+}
+
+// The RMS-norm chain F.rms_norm leaves (Note [RMS-norm chain]); with
+// `upcast`, x is converted to f32 first and the result back.
+void rms_norm_chain(GraphBuilder& b, DType dtype, bool upcast, bool keep_rstd) {
+  const TensorType t = tensor(dtype, {6, 64});
+  const TensorType f = tensor(upcast ? DType::Float32 : dtype, {6, 64});
+  const TensorType r = tensor(upcast ? DType::Float32 : dtype, {6, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId w = b.add_input(out(tensor(dtype, {64}), "w"));
+  ValueId xs = x;
+  if (upcast)
+    xs = node1(b, "aten::_to_copy.default", {v(x), Argument::of_dtype(DType::Float32)}, f, "up");
+  ValueId p = node1(b, "aten::pow.Tensor_Scalar", {v(xs), Argument::of_int(2)}, f, "pow");
+  ValueId m = node1(b, "aten::mean.dim",
+                    {v(p), ints({-1}), Argument::of_bool(true), Argument::none()}, r, "mean");
+  ValueId a =
+      node1(b, "aten::add.Scalar", {v(m), Argument::of_float(1e-6), Argument::of_int(1)}, r, "add");
+  ValueId rs = node1(b, "aten::rsqrt.default", {v(a)}, r, "rsqrt");
+  ValueId y = node1(b, "aten::mul.Tensor", {v(xs), v(rs)}, f, "mul");
+  ValueId yw = node1(b, "aten::mul.Tensor", {v(y), v(w)}, f, "mul_w");
+  ValueId result = yw;
+  if (upcast)
+    result = node1(b, "aten::_to_copy.default", {v(yw), Argument::of_dtype(dtype)}, t, "down");
+  if (keep_rstd) {
+    b.set_outputs({v(result), v(rs)});
+  } else {
+    b.set_outputs({v(result)});
+  }
+}
+
+void softmax(GraphBuilder& b, DType dtype, std::int64_t dim, bool log) {
+  const TensorType t = tensor(dtype, {5, 33});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId g = b.add_input(out(t, "g"));
+  ValueId y = node1(b, log ? "aten::_log_softmax.default" : "aten::_softmax.default",
+                    {v(x), Argument::of_int(dim), Argument::of_bool(false)}, t, "softmax");
+  ValueId gx = node1(
+      b, log ? "aten::_log_softmax_backward_data.default" : "aten::_softmax_backward_data.default",
+      {v(g), v(y), Argument::of_int(dim), Argument::of_dtype(dtype)}, t, "softmax_bw");
+  b.set_outputs({v(y), v(gx)});
+}
+
+// native_layer_norm and its backward over the last dim of [4, 3, 32].
+void layer_norm(GraphBuilder& b, DType dtype) {
+  const TensorType t = tensor(dtype, {4, 3, 32});
+  const TensorType p = tensor(dtype, {32});
+  const TensorType s = tensor(dtype == DType::Float64 ? dtype : DType::Float32, {4, 3, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId w = b.add_input(out(p, "w"));
+  ValueId bias = b.add_input(out(p, "b"));
+  ValueId g = b.add_input(out(t, "g"));
+  auto fw = b.add_node(NodeKind::Aten, "aten::native_layer_norm.default",
+                       {v(x), ints({32}), v(w), v(bias), Argument::of_float(1e-5)},
+                       {out(t), out(s), out(s)}, "ln");
+  auto bw = b.add_node(NodeKind::Aten, "aten::native_layer_norm_backward.default",
+                       {v(g), v(x), ints({32}), v(fw[1]), v(fw[2]), v(w), v(bias),
+                        Argument::of_list({Argument::of_bool(true), Argument::of_bool(true),
+                                           Argument::of_bool(true)})},
+                       {out(t), out(p), out(p)}, "ln_bw");
+  b.set_outputs({v(fw[0]), v(bw[0]), v(bw[1]), v(bw[2])});
+}
+
+}  // namespace
+}  // namespace mybackend

@@ -1,0 +1,208 @@
+// Stage 7: reduction and norm groups (reduction_planner.h) on hand-built IR
+// graphs: which nodes each group takes, prologue/epilogue membership, what
+// stays ATen and why, and that groups never form a cycle.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "fusion/reduction_planner.h"
+#include "reduction_graphs.h"
+
+namespace mybackend {
+namespace {
+
+std::string all_whys(const Planned& p) {
+  std::string text;
+  for (const auto& part : p.plan.partitions) {
+    for (const auto& g : part.groups) text += g.why + "\n";
+  }
+  return text;
+}
+
+TEST(ReductionPlanner, SumTakesItsPrologueAndEpilogue) {
+  GraphBuilder b;
+  sum_with_prologue_and_epilogue(b, DType::Float32, {4, 8}, {1}, false);
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty());
+  EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty());
+  const ReductionGroup& r = *groups[0]->reduction;
+  EXPECT_EQ(r.spec.axis, ReduceAxis::Inner);
+  EXPECT_EQ(r.spec.op, ReduceOp::Sum);
+  EXPECT_EQ(r.reduce_begin, 1);
+  EXPECT_EQ(r.reduce_end, 2);
+  EXPECT_EQ(r.inputs, (std::vector<ValueId>{0}));  // the prologue reads x only
+  EXPECT_EQ(r.outputs.size(), 1u);                 // only sqrt leaves the group
+  EXPECT_NE(groups[0]->why.find("2 prologue and 2 epilogue"), std::string::npos) << groups[0]->why;
+  EXPECT_NE(r.spec.prologue->to_string().find("exp"), std::string::npos);
+  EXPECT_NE(r.spec.epilogue->to_string().find("sqrt"), std::string::npos);
+  EXPECT_NE(r.general.to_string().find("index=i64"), std::string::npos);
+}
+
+TEST(ReductionPlanner, LeadingDimsReduceAsOuter) {
+  GraphBuilder b;
+  sum_with_prologue_and_epilogue(b, DType::BFloat16, {8, 16, 3}, {0, 1}, true);
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->reduction->spec.axis, ReduceAxis::Outer);
+  EXPECT_EQ(groups[0]->reduction->reduce_begin, 0);
+  EXPECT_EQ(groups[0]->reduction->reduce_end, 2);
+}
+
+TEST(ReductionPlanner, ScatteredDimsStayAten) {
+  GraphBuilder b;
+  sum_with_prologue_and_epilogue(b, DType::Float32, {4, 5, 6}, {0, 2}, false);
+  Planned p = plan(b);
+  EXPECT_TRUE(p.groups(KernelKind::Reduction).empty());
+  EXPECT_NE(all_whys(p).find("not one contiguous range"), std::string::npos) << all_whys(p);
+}
+
+TEST(ReductionPlanner, SharedProducersAreNotPrologue) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  const TensorType r = tensor(DType::Float32, {4});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId e = node1(b, "aten::exp.default", {v(x)}, t, "exp");
+  ValueId s =
+      node1(b, "aten::amax.default", {v(e), ints({1}), Argument::of_bool(false)}, r, "amax");
+  b.set_outputs({v(e), v(s)});  // exp is read outside: no prologue, no epilogue
+  Planned p = plan(b);
+  EXPECT_TRUE(p.groups(KernelKind::Reduction).empty());
+  EXPECT_NE(all_whys(p).find("a lone reduction"), std::string::npos) << all_whys(p);
+}
+
+TEST(ReductionPlanner, EpilogueStaysConvex) {
+  // add(r, t) must not join: t depends on r through a node outside the group.
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  const TensorType r = tensor(DType::Float32, {4, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId m = node1(b, "aten::mul.Tensor", {v(x), Argument::of_float(3.0)}, t, "mul");
+  ValueId s = node1(b, "aten::var.correction",
+                    {v(m), ints({1}), Argument::of_int(0), Argument::of_bool(true)}, r, "var");
+  ValueId c =
+      node1(b, "aten::cumsum.default", {v(s), Argument::of_int(0), Argument::none()}, r, "cumsum");
+  ValueId a = node1(b, "aten::add.Tensor", {v(s), v(c), Argument::of_int(1)}, r, "add");
+  b.set_outputs({v(a)});
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1}));
+  EXPECT_EQ(groups[0]->reduction->spec.op, ReduceOp::Var);
+  EXPECT_EQ(groups[0]->reduction->spec.correction, 0.0);
+  EXPECT_EQ(groups[0]->reduction->outputs, (std::vector<ValueId>{s}));
+}
+
+TEST(ReductionPlanner, ClaimedGroupsAreOneUnitForThePointwisePlanner) {
+  // a1 -> epilogue -> cumsum -> a2 and a1 -> a2: merging a1 and a2 would
+  // make a cycle through the reduction group.
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 8});
+  const TensorType r = tensor(DType::Float32, {4});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId z = b.add_input(out(r, "z"));
+  ValueId a1 = node1(b, "aten::exp.default", {v(z)}, r, "a1");
+  ValueId m = node1(b, "aten::mul.Tensor", {v(x), Argument::of_float(2.0)}, t, "mul");
+  ValueId s = node1(b, "aten::sum.dim_IntList",
+                    {v(m), ints({1}), Argument::of_bool(false), Argument::none()}, r, "sum");
+  ValueId e = node1(b, "aten::add.Tensor", {v(s), v(a1), Argument::of_int(1)}, r, "epi");
+  ValueId c =
+      node1(b, "aten::cumsum.default", {v(e), Argument::of_int(0), Argument::none()}, r, "cumsum");
+  ValueId a2 = node1(b, "aten::mul.Tensor", {v(a1), v(c)}, r, "a2");
+  ValueId a3 = node1(b, "aten::neg.default", {v(a2)}, r, "a3");
+  b.set_outputs({v(a3)});
+  Planned p = plan(b);  // checks the order is valid
+  auto reductions = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(reductions.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(reductions[0]->nodes, (std::vector<NodeId>{1, 2, 3}));
+  for (const KernelGroup* g : p.groups(KernelKind::Pointwise)) {
+    EXPECT_EQ(std::count(g->nodes.begin(), g->nodes.end(), 0), 0) << p.plan.to_string();
+  }
+}
+
+TEST(ReductionPlanner, ArgmaxWithPrologue) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float16, {3, 7, 5});
+  const TensorType r = tensor(DType::Int64, {3, 5});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId n = node1(b, "aten::neg.default", {v(x)}, t, "neg");
+  ValueId a = node1(b, "aten::argmax.default",
+                    {v(n), Argument::of_int(1), Argument::of_bool(false)}, r, "argmax");
+  b.set_outputs({v(a)});
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->reduction->spec.op, ReduceOp::Argmax);
+  EXPECT_EQ(groups[0]->reduction->spec.axis, ReduceAxis::Outer);
+  EXPECT_EQ(groups[0]->reduction->spec.out_dtype, DType::Int64);
+}
+
+TEST(NormPlanner, SoftmaxForwardAndBackwardAreNormGroups) {
+  GraphBuilder b;
+  softmax(b, DType::BFloat16, -1, false);
+  Planned p = plan(b);
+  auto norms = p.groups(KernelKind::Norm);
+  ASSERT_EQ(norms.size(), 2u) << p.plan.to_string();
+  EXPECT_EQ(norms[0]->norm->spec.kind, NormKind::SoftmaxForward);
+  EXPECT_EQ(norms[1]->norm->spec.kind, NormKind::SoftmaxBackward);
+  EXPECT_TRUE(norms[0]->norm->spec.aligned);
+  EXPECT_FALSE(norms[0]->norm->general.aligned);
+}
+
+TEST(NormPlanner, SoftmaxOverAnotherDimStaysAten) {
+  GraphBuilder b;
+  softmax(b, DType::Float32, 0, true);
+  Planned p = plan(b);
+  EXPECT_TRUE(p.groups(KernelKind::Norm).empty());
+  EXPECT_NE(all_whys(p).find("not the last one"), std::string::npos) << all_whys(p);
+}
+
+TEST(NormPlanner, LayerNormForwardAndBackward) {
+  GraphBuilder b;
+  layer_norm(b, DType::BFloat16);
+  Planned p = plan(b);
+  auto norms = p.groups(KernelKind::Norm);
+  ASSERT_EQ(norms.size(), 2u) << p.plan.to_string();
+  const NormGroup& fw = *norms[0]->norm;
+  EXPECT_EQ(fw.spec.kind, NormKind::LayerNormForward);
+  EXPECT_TRUE(fw.spec.has_weight && fw.spec.has_bias && fw.spec.save_stats);
+  EXPECT_EQ(fw.outputs.size(), 3u);
+  EXPECT_DOUBLE_EQ(fw.eps, 1e-5);
+  const NormGroup& bw = *norms[1]->norm;
+  EXPECT_EQ(bw.spec.kind, NormKind::LayerNormBackward);
+  EXPECT_TRUE(bw.spec.param_grads);
+  EXPECT_EQ(bw.outputs.size(), 3u);  // grad_in, grad_weight, grad_bias
+}
+
+TEST(NormPlanner, RmsNormChainIsOneKernel) {
+  for (bool upcast : {false, true}) {
+    GraphBuilder b;
+    rms_norm_chain(b, upcast ? DType::BFloat16 : DType::Float32, upcast, true);
+    Planned p = plan(b);
+    auto norms = p.groups(KernelKind::Norm);
+    ASSERT_EQ(norms.size(), 1u) << p.plan.to_string();
+    EXPECT_EQ(norms[0]->nodes.size(), upcast ? 8u : 6u) << p.plan.to_string();
+    const NormGroup& g = *norms[0]->norm;
+    EXPECT_EQ(g.spec.kind, NormKind::RmsNormForward);
+    EXPECT_TRUE(g.spec.has_weight);
+    EXPECT_TRUE(g.spec.save_stats);  // rsqrt is a graph output
+    EXPECT_DOUBLE_EQ(g.eps, 1e-6);
+    EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty());
+  }
+}
+
+TEST(NormPlanner, RmsNormWithoutKeptRstdSavesNoStats) {
+  GraphBuilder b;
+  rms_norm_chain(b, DType::Float32, false, false);
+  Planned p = plan(b);
+  auto norms = p.groups(KernelKind::Norm);
+  ASSERT_EQ(norms.size(), 1u) << p.plan.to_string();
+  EXPECT_FALSE(norms[0]->norm->spec.save_stats);
+  EXPECT_EQ(norms[0]->norm->outputs.size(), 1u);
+}
+
+}  // namespace
+}  // namespace mybackend

@@ -1,0 +1,325 @@
+"""GPU-marked: generated reduction and norm kernels against eager.
+
+Each test compiles an ATen graph (decomposed as aot_autograd decomposes it)
+whose plan has a `reduction` or `norm` group, runs it on the GPU, compares
+with eager and checks the per-kind counter (generated_reductions_run /
+generated_norms_run) to prove the generated kernel ran, not the ATen form.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from mybackend import _C
+from mybackend.decompositions import decomposition_table
+from mybackend.lowering import lower
+
+pytestmark = [
+    pytest.mark.gpu,
+    # Opt-in until generated kernels have passed on a GPU (Note [Generated
+    # kernels are opt-in for now] in src_cpp/runtime/generated_kernel.h).
+    pytest.mark.skipif(
+        os.environ.get("MYBACKEND_GENERATED_KERNELS") != "1",
+        reason="generated kernels are opt-in: run with MYBACKEND_GENERATED_KERNELS=1",
+    ),
+]
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+TOL = {
+    F32: {"rtol": 1e-5, "atol": 1e-5},
+    F16: {"rtol": 2e-3, "atol": 2e-3},
+    BF16: {"rtol": 1.6e-2, "atol": 1.6e-2},
+}
+# fp32 sums of up to 65536 terms in another order than eager's.
+TOL_SUM = {F32: {"rtol": 5e-5, "atol": 5e-5}, F16: TOL[F16], BF16: TOL[BF16]}
+COUNTER = {"reduction": "generated_reductions_run", "norm": "generated_norms_run"}
+ROW_LENGTHS = [1, 7, 33, 256, 1000, 4096, 65536]
+
+
+@pytest.fixture(autouse=True)
+def _generated_kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYBACKEND_GENERATED_KERNELS", "1")
+
+
+def _compile(fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
+    traced = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="fake")
+    lowered = lower(traced(*inputs), [])
+    return _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
+
+
+def _check(
+    fn: Callable[..., Any],
+    *inputs: torch.Tensor,
+    kind: str,
+    tol: dict[str, float],
+    generated: bool = True,
+    traced_with: tuple[torch.Tensor, ...] | None = None,
+) -> Any:
+    """Compiles fn (traced with `traced_with`, default the inputs), runs it on
+    `inputs` and compares with eager; `generated`: the kernel must have run."""
+    compiled = _compile(fn, *(traced_with or inputs))
+    kinds = [k["kind"] for k in compiled.report()["kernels"]]
+    assert kind in kinds, compiled.report()["kernels"]
+    got = compiled.run(list(inputs))
+    torch.cuda.synchronize()
+    expected = fn(*inputs)
+    expected = list(expected) if isinstance(expected, tuple | list) else [expected]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        if e is None:
+            continue
+        assert g.dtype == e.dtype and g.shape == e.shape and g.device == e.device, (g, e)
+        # Both NaN where eager's is (the mean of no elements).
+        torch.testing.assert_close(g, e, equal_nan=True, **tol)
+    stats = compiled.stats()
+    if generated:
+        assert stats[COUNTER[kind]] >= 1, (stats, compiled.report()["kernels"])
+        assert stats["generated_kernel_fallbacks"] == 0, compiled.report()["kernels"]
+    else:
+        assert stats["generated_kernels_run"] + stats["generated_kernel_fallbacks"] >= 1, stats
+    return compiled
+
+
+def _randn(*shape: int, dtype: torch.dtype = F32) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+# ---- reductions with prologue and epilogue ------------------------------------------
+
+REDUCTIONS: dict[str, Callable[..., Any]] = {
+    "sum": lambda x: (x * 0.5).exp().sum(-1).sqrt(),
+    "mean": lambda x: (x * x).mean(-1, keepdim=True) + 1,
+    "amax": lambda x: x.abs().amax(-1).neg(),
+    "amin": lambda x: (x - 1).amin(-1) * 2,
+    "var": lambda x: torch.var(x * 3, dim=-1),
+    "std": lambda x: torch.std(x + 1, dim=-1, correction=0),
+    "argmax": lambda x: (x * x).argmax(-1),
+    "argmin": lambda x: (x * 2).argmin(-1),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+@pytest.mark.parametrize("cols", ROW_LENGTHS)
+def test_reductions_over_the_last_dim(name: str, cols: int, dtype: torch.dtype) -> None:
+    if name == "var" and cols == 1:
+        pytest.skip("var of one element with correction 1 is nan in both; covered by std")
+    x = _randn(3, cols, dtype=dtype)
+    _check(REDUCTIONS[name], x, kind="reduction", tol=TOL_SUM[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize(
+    ("shape", "fn"),
+    [
+        ((64, 40), lambda x: (x * 2).sum(0).relu()),  # leading dim
+        ((8, 16, 5), lambda x: (x * 2).sum((0, 1), keepdim=True) - 1),  # leading range
+        ((6, 33, 7), lambda x: (x - 0.5).mean(1) * 3),  # middle dim
+        ((9, 31, 4), lambda x: torch.var(x * 2, dim=1)),
+        ((5, 17, 3), lambda x: x.abs().argmax(1)),
+        ((2048, 3), lambda x: (x * x).amax(0).sqrt()),
+    ],
+    ids=["sum0", "sum01", "mean1", "var1", "argmax1", "amax0"],
+)
+def test_reductions_over_leading_and_middle_dims(
+    shape: tuple[int, ...], fn: Callable[..., Any], dtype: torch.dtype
+) -> None:
+    _check(fn, _randn(*shape, dtype=dtype), kind="reduction", tol=TOL_SUM[dtype])
+
+
+def test_full_reduction_with_epilogue() -> None:
+    _check(lambda x: (x * 2).sum().sqrt(), _randn(37, 41).abs(), kind="reduction", tol=TOL_SUM[F32])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 1), (1, 9), (0, 8), (4, 0)], ids=str)
+def test_reductions_of_size_one_and_zero_dims(shape: tuple[int, ...]) -> None:
+    x = _randn(*shape)
+    _check(lambda t: (t * 2).sum(-1) + 1, x, kind="reduction", tol=TOL[F32])
+    _check(lambda t: (t * 2).mean(-1).exp(), x, kind="reduction", tol=TOL[F32])
+
+
+def test_amax_of_empty_rows_falls_back_to_aten() -> None:
+    x = _randn(0, 5)  # no rows: nothing to reduce, the kernel writes nothing
+    _check(lambda t: (t * 2).amax(-1) + 1, x, kind="reduction", tol=TOL[F32])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_non_contiguous_inputs(dtype: torch.dtype) -> None:
+    base = _randn(40, 24, dtype=dtype)
+    fn = REDUCTIONS["sum"]
+    # Traced with the transposed view: a strided prologue input.
+    _check(fn, base.t(), kind="reduction", tol=TOL_SUM[dtype])
+    # Traced contiguous, called with a strided view: the general variant runs.
+    _check(
+        fn,
+        base.t(),
+        kind="reduction",
+        tol=TOL_SUM[dtype],
+        traced_with=(_randn(24, 40, dtype=dtype),),
+    )
+    _check(fn, base[:, ::3], kind="reduction", tol=TOL_SUM[dtype])
+
+
+def test_epilogue_reads_another_tensor() -> None:
+    def fn(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (x * x).sum(-1) * b + 1
+
+    _check(fn, _randn(16, 300), _randn(16), kind="reduction", tol=TOL_SUM[F32])
+
+
+# ---- norms -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("cols", ROW_LENGTHS)
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_forward_and_backward(cols: int, log: bool, dtype: torch.dtype) -> None:
+    x = _randn(5, cols, dtype=dtype)
+    forward = (lambda t: F.log_softmax(t, -1)) if log else (lambda t: torch.softmax(t, -1))
+    _check(forward, x, kind="norm", tol=TOL[dtype])
+    y, g = forward(x), _randn(5, cols, dtype=dtype)
+    op = (
+        torch.ops.aten._log_softmax_backward_data.default
+        if log
+        else torch.ops.aten._softmax_backward_data.default
+    )
+    _check(lambda gy, out: op(gy, out, -1, dtype), g, y, kind="norm", tol=TOL[dtype])
+
+
+def test_softmax_to_float_and_odd_shapes() -> None:
+    x = _randn(3, 4, 77, dtype=BF16)
+    _check(lambda t: torch.softmax(t, -1, dtype=torch.float32), x, kind="norm", tol=TOL[F32])
+    _check(lambda t: torch.softmax(t, -1), _randn(0, 8), kind="norm", tol=TOL[F32])
+    # Rows of no elements: the ATen form runs (and returns the empty result).
+    _check(lambda t: torch.softmax(t, -1), _randn(4, 0), kind="norm", tol=TOL[F32], generated=False)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("cols", [1, 33, 768, 4096, 65536])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_forward(cols: int, dtype: torch.dtype, affine: bool) -> None:
+    x = _randn(6, cols, dtype=dtype)
+    if affine:
+        w, b = _randn(cols, dtype=dtype), _randn(cols, dtype=dtype)
+        _check(
+            lambda t, w, b: torch.ops.aten.native_layer_norm(t, [cols], w, b, 1e-5),
+            x,
+            w,
+            b,
+            kind="norm",
+            tol=TOL[dtype],
+        )
+    else:
+        _check(
+            lambda t: torch.ops.aten.native_layer_norm(t, [cols], None, None, 1e-5),
+            x,
+            kind="norm",
+            tol=TOL[dtype],
+        )
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(4, 3, 32), (7, 1000), (1, 4096), (0, 16)], ids=str)
+def test_layer_norm_backward(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    cols = shape[-1]
+    x, g = _randn(*shape, dtype=dtype), _randn(*shape, dtype=dtype)
+    w, b = _randn(cols, dtype=dtype), _randn(cols, dtype=dtype)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [cols], w, b, 1e-5)
+
+    def backward(
+        gy: torch.Tensor,
+        t: torch.Tensor,
+        m: torch.Tensor,
+        r: torch.Tensor,
+        w: torch.Tensor,
+        b: torch.Tensor,
+    ) -> Any:
+        return torch.ops.aten.native_layer_norm_backward(
+            gy, t, [cols], m, r, w, b, [True, True, True]
+        )
+
+    # Weight/bias grads sum over rows in another order: looser in fp32.
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == F32 else {"rtol": 3e-2, "atol": 3e-2}
+    _check(backward, g, x, mean, rstd, w, b, kind="norm", tol=tol)
+
+
+def test_layer_norm_of_non_contiguous_input() -> None:
+    base = _randn(64, 48)
+    w, b = _randn(64), _randn(64)
+    fn = lambda t, w, b: F.layer_norm(t, (64,), w, b)  # noqa: E731
+    _check(fn, base.t(), w, b, kind="norm", tol=TOL[F32], traced_with=(_randn(48, 64), w, b))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("cols", [1, 64, 1000, 4096, 65536])
+def test_rms_norm(cols: int, dtype: torch.dtype) -> None:
+    x, w = _randn(4, cols, dtype=dtype), _randn(cols, dtype=dtype)
+    _check(lambda t, w: F.rms_norm(t, (cols,), w, 1e-6), x, w, kind="norm", tol=TOL[dtype])
+    _check(lambda t: F.rms_norm(t, (cols,)), x, kind="norm", tol=TOL[dtype])
+
+
+def test_rms_norm_training_saves_rstd() -> None:
+    model = torch.nn.RMSNorm(256, eps=1e-6).cuda()
+    compiled = torch.compile(
+        model, backend="mybackend", options={"strict": True, "generated_kernels": True}
+    )
+    x = _randn(8, 256, dtype=F32).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    out = compiled(x)
+    expected = model(x_ref)
+    torch.testing.assert_close(out, expected, **TOL[F32])
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_model_with_norms_under_torch_compile() -> None:
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(64)
+            self.fc = torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(self.fc(self.ln(x)), -1)
+
+    model = Block().cuda()
+    compiled = torch.compile(
+        model, backend="mybackend", options={"strict": True, "generated_kernels": True}
+    )
+    x = _randn(16, 64).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = compiled(x)
+        out.sum().backward()
+        torch.cuda.synchronize()
+    expected = model(x_ref)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    names = [e.name for e in prof.events()]
+    assert any(n.startswith("mb_norm_") for n in names), "no generated norm kernel ran"
+
+
+def test_dynamic_rows_share_one_kernel() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (128,), w, 1e-6)
+
+    compiled = torch.compile(
+        fn, backend="mybackend", dynamic=True, options={"strict": True, "generated_kernels": True}
+    )
+    w = _randn(128)
+    for rows in (3, 5, 129):
+        x = _randn(rows, 128)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            got = compiled(x, w)
+            torch.cuda.synchronize()
+        torch.testing.assert_close(got, fn(x, w), **TOL[F32])
+        assert any(e.name.startswith("mb_norm_") for e in prof.events())
