@@ -29,9 +29,8 @@ REGISTRY: dict[str, dict[str, Any] | None] = {
     "cudagraphs": dict(backend="cudagraphs"),
     "mybackend": dict(backend="mybackend", mode="default"),
     "mybackend-reduce-overhead": dict(backend="mybackend", mode="reduce-overhead"),
-    # Generated kernels (pointwise, reduction, norm groups); also needs
-    # MYBACKEND_GENERATED_KERNELS=1 until they are GPU-validated.
-    "mybackend-generated": dict(backend="mybackend", options={"generated_kernels": True}),
+    # Without generated kernels: ATen calls and cuBLASLt groups only.
+    "mybackend-no-generated": dict(backend="mybackend", options={"generated_kernels": False}),
 }
 
 # Backends whose point is CUDA graphs: on a CPU they measure nothing new.

@@ -54,11 +54,10 @@ class Options:
         "'reduce-overhead' turns it on). Graphs on the CPU are never captured.",
     )
     generated_kernels: bool = _field(
-        False,
+        True,
         "Fuse elementwise ops, reductions with their elementwise prologue/epilogue, and "
         "softmax/layer-norm/RMS-norm of CUDA partitions into NVRTC-generated kernels (CUDA "
-        "engine I, experimental: off until validated on a GPU; the kernels also need "
-        "MYBACKEND_GENERATED_KERNELS=1 to launch).",
+        "engine I). False runs those nodes as ATen calls.",
         True,
     )
     min_fused_nodes: int = _field(

@@ -15,7 +15,7 @@ from benchmarks.micro.cases import CASES, MicroCase
 from benchmarks.micro.roofline import Ceilings, floor, measure_ceilings
 from benchmarks.report import fmt, markdown_table
 
-DEFAULT_BACKENDS = ("eager", "inductor", "mybackend", "mybackend-generated")
+DEFAULT_BACKENDS = ("eager", "inductor", "mybackend", "mybackend-no-generated")
 HEADER = (
     "case",
     "backend",

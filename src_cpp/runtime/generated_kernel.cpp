@@ -135,9 +135,9 @@ GpuTarget target_for(int device_index) {
 
 bool generated_kernels_enabled() {
   const char* v = std::getenv("MYBACKEND_GENERATED_KERNELS");
-  if (v == nullptr) return false;
+  if (v == nullptr) return true;
   const std::string value(v);
-  return value == "1" || value == "on" || value == "true";
+  return !(value == "0" || value == "off" || value == "false");
 }
 
 namespace {
@@ -161,11 +161,9 @@ std::vector<GeneratedCompileResult> compile_generated_groups(
   std::vector<GeneratedCompileResult> results(groups.size());
   if (groups.empty()) return results;
   if (!generated_kernels_enabled()) {
-    // Note [Generated kernels are opt-in for now]
+    // Note [Generated-kernel kill switch]
     for (auto& r : results) {
-      r.problem =
-          "generated kernels are off until validated on a GPU: set "
-          "MYBACKEND_GENERATED_KERNELS=1 to compile and launch them";
+      r.problem = "generated kernels are switched off by MYBACKEND_GENERATED_KERNELS";
     }
     return results;
   }

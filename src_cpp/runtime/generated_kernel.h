@@ -40,12 +40,11 @@ namespace mybackend {
 // "pointwise: mb_pointwise_<hash> (sm_90 cubin)" and the like.
 class GeneratedKernel : public GroupRunner {};
 
-// Note [Generated kernels are opt-in for now]
-// Until the launch path has been validated on a GPU (tests/gpu/
-// test_fused_kernels.py), compiling and launching generated kernels needs
-// MYBACKEND_GENERATED_KERNELS=1 (read at each compile). Without it every
-// generated group is planned (and reported) but runs as ATen calls, with
-// that reason in Executor::generated_groups().
+// Note [Generated-kernel kill switch]
+// MYBACKEND_GENERATED_KERNELS=0 (or off/false), read at each compile, keeps
+// every generated group planned and reported but run as ATen calls, with that
+// reason in Executor::generated_groups(): a way to rule the code generator
+// out when hunting a wrong result, without changing the program's options.
 bool generated_kernels_enabled();
 
 // Where compiled kernels are kept between processes (option

@@ -8,7 +8,6 @@ generated kernels ran rather than the ATen fallback.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,19 +21,7 @@ from mybackend.lowering import lower
 
 pytestmark = [
     pytest.mark.gpu,
-    # Opt-in until this file has passed on a GPU once (Note [Generated kernels
-    # are opt-in for now] in src_cpp/runtime/generated_kernel.h).
-    pytest.mark.skipif(
-        os.environ.get("MYBACKEND_GENERATED_KERNELS") != "1",
-        reason="generated kernels are opt-in: run with MYBACKEND_GENERATED_KERNELS=1",
-    ),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _generated_kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Opt-in for now (Note [Generated kernels are opt-in for now]).
-    monkeypatch.setenv("MYBACKEND_GENERATED_KERNELS", "1")
 
 
 TOL = {

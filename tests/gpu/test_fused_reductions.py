@@ -8,7 +8,6 @@ generated_norms_run) to prove the generated kernel ran, not the ATen form.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +22,6 @@ from mybackend.lowering import lower
 
 pytestmark = [
     pytest.mark.gpu,
-    # Opt-in until generated kernels have passed on a GPU (Note [Generated
-    # kernels are opt-in for now] in src_cpp/runtime/generated_kernel.h).
-    pytest.mark.skipif(
-        os.environ.get("MYBACKEND_GENERATED_KERNELS") != "1",
-        reason="generated kernels are opt-in: run with MYBACKEND_GENERATED_KERNELS=1",
-    ),
 ]
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -41,11 +34,6 @@ TOL = {
 TOL_SUM = {F32: {"rtol": 5e-5, "atol": 5e-5}, F16: TOL[F16], BF16: TOL[BF16]}
 COUNTER = {"reduction": "generated_reductions_run", "norm": "generated_norms_run"}
 ROW_LENGTHS = [1, 7, 33, 256, 1000, 4096, 65536]
-
-
-@pytest.fixture(autouse=True)
-def _generated_kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MYBACKEND_GENERATED_KERNELS", "1")
 
 
 def _compile(fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:

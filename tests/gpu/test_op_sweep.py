@@ -16,7 +16,7 @@ that call (tests/op_sweep.py, ``generated_ops``); the rest are listed as
 an overload with OpInfos never ran in a generated kernel, except overloads
 that aot_autograd decomposes before the backend sees them (listed too).
 
-    MYBACKEND_GENERATED_KERNELS=1 python -m pytest tests/gpu/test_op_sweep.py -q
+    python -m pytest tests/gpu/test_op_sweep.py -q
     MYBACKEND_SWEEP_SAMPLES=8 ...   # OpInfo samples per OpInfo and dtype (default 2)
 
 docs/contributing.md ("The OpInfo sweep") says more.
@@ -52,12 +52,6 @@ from tests.op_sweep import (
 
 pytestmark = [
     pytest.mark.gpu,
-    # Opt-in like tests/gpu/test_fused_kernels.py (Note [Generated kernels
-    # are opt-in for now] in src_cpp/runtime/generated_kernel.h).
-    pytest.mark.skipif(
-        os.environ.get("MYBACKEND_GENERATED_KERNELS") != "1",
-        reason="generated kernels are opt-in: run with MYBACKEND_GENERATED_KERNELS=1",
-    ),
 ]
 
 pytest.importorskip("expecttest")  # op_db's module imports it

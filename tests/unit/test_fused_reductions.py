@@ -27,12 +27,6 @@ from mybackend.lowering import lower
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 
 
-@pytest.fixture(autouse=True)
-def _generated_kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Opt-in for now (Note [Generated kernels are opt-in for now]).
-    monkeypatch.setenv("MYBACKEND_GENERATED_KERNELS", "1")
-
-
 def _report(gm: torch.fx.GraphModule) -> dict[str, Any]:
     lowered = lower(gm, [])
     compiled = _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)

@@ -40,12 +40,6 @@ def _ops(fn: Callable[..., Any], *specs: tuple[tuple[int, ...], torch.dtype]) ->
     return [n["op"] for n in _C.compile(lowered.graph, {}, None).report()["nodes"]]
 
 
-@pytest.fixture(autouse=True)
-def _generated_kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Opt-in for now (Note [Generated kernels are opt-in for now]).
-    monkeypatch.setenv("MYBACKEND_GENERATED_KERNELS", "1")
-
-
 F32 = torch.float32
 
 
