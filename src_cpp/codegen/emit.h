@@ -36,6 +36,10 @@ struct KernelEntry {
   // Elements one thread handles per loop step (the vector width): the
   // runtime divides by it when sizing the grid.
   int elements_per_thread = 1;
+  // Row-wise forward norms: elements of a row one thread holds in
+  // registers (Note [Rows in registers] in device/mb_norm.cuh); the runtime
+  // derives rows per block from it. 0: a block per row.
+  int row_elements_per_thread = 0;
 };
 
 struct EmittedKernel {

@@ -123,6 +123,20 @@ int vector_width(const std::vector<DType>& dtypes) {
   return std::min(8, 16 / std::max(narrowest, 1));
 }
 
+int approx_math_level(const std::vector<DType>& stored) {
+  if (stored.empty()) return 0;
+  bool all_bf16 = true, all_16 = true;
+  for (DType dtype : stored) {
+    all_bf16 = all_bf16 && dtype == DType::BFloat16;
+    all_16 = all_16 && (dtype == DType::BFloat16 || dtype == DType::Float16);
+  }
+  return all_bf16 ? 2 : (all_16 ? 1 : 0);
+}
+
+std::string approx_math_define(int level) {
+  return level == 0 ? std::string() : "#define MB_APPROX_MATH " + std::to_string(level) + "\n";
+}
+
 std::string comment_block(const std::string& text) {
   std::ostringstream out;
   std::istringstream lines(text);

@@ -30,6 +30,13 @@ std::string hex16(std::uint64_t value);
 // Elements per 16-byte access for the narrowest of `dtypes`, at most 8.
 int vector_width(const std::vector<DType>& dtypes);
 
+// MB_APPROX_MATH for a kernel whose stored tensors have `stored` dtypes
+// (Note [Approximate math for 16-bit results] in device/mb_math.cuh): 2 when
+// all are bf16, 1 when all are fp16 or bf16, else 0.
+int approx_math_level(const std::vector<DType>& stored);
+// "#define MB_APPROX_MATH <level>\n", or nothing for level 0.
+std::string approx_math_define(int level);
+
 // The spec text as a C++ comment block, so that a dumped kernel says what
 // it computes.
 std::string comment_block(const std::string& text);

@@ -6,6 +6,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/emit_common.h"
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -67,6 +68,7 @@ struct Names {
   std::string w;      // storage type of weight and bias
   std::string stats;  // type of mean / rstd
   int vec = 1;
+  int chunks = 1;  // vectors of a row per thread on the register path
 };
 
 Names names_of(const NormSpec& spec) {
@@ -78,7 +80,22 @@ Names names_of(const NormSpec& spec) {
   std::vector<DType> dtypes = {spec.dtype, spec.out_dtype};
   if (spec.has_weight || spec.has_bias) dtypes.push_back(spec.weight_dtype);
   n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
+  n.chunks = launch_tuning().norm_vec_per_thread;
   return n;
+}
+
+// What the kernel stores: decides MB_APPROX_MATH.
+std::vector<DType> stored_dtypes(const NormSpec& spec) {
+  switch (spec.kind) {
+    case NormKind::SoftmaxForward:
+    case NormKind::LogSoftmaxForward: return {spec.out_dtype};
+    case NormKind::SoftmaxBackward:
+    case NormKind::LogSoftmaxBackward: return {spec.dtype};
+    default: break;
+  }
+  // Norms may store fp32 statistics and parameter grads; they need no
+  // approximate function anyway.
+  return {};
 }
 
 std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
@@ -89,7 +106,7 @@ std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
     e.pointer(n.to, "y", false);
     e.sizes(false);
     return e.write("mb::softmax_forward<" + n.t + ", " + n.to + ", I, " + std::to_string(n.vec) +
-                   ", " + b(log) + ">");
+                   ", " + std::to_string(n.chunks) + ", " + b(log) + ">");
   }
   e.pointer(n.t, "grad_out", true);
   e.pointer(n.t, "out", true);
@@ -109,8 +126,8 @@ std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
   e.optional_pointer(spec.save_stats, n.stats, "rstd", false);
   e.sizes(true);
   return e.write("mb::norm_forward<" + n.t + ", " + n.w + ", I, " + std::to_string(n.vec) + ", " +
-                 b(rms) + ", " + b(spec.has_weight) + ", " + b(spec.has_bias) + ", " +
-                 b(spec.save_stats) + ">");
+                 std::to_string(n.chunks) + ", " + b(rms) + ", " + b(spec.has_weight) + ", " +
+                 b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
 }
 
 // Backward norms have two entry points: grad_in (block per row) and, when
@@ -153,6 +170,10 @@ EmittedKernel emit_norm(const NormSpec& spec) {
   main.abi.name = base;
   main.abi.block_x = spec.threads;
   main.abi.elements_per_thread = n.vec;
+  const bool forward =
+      spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward ||
+      spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward;
+  if (forward) main.abi.row_elements_per_thread = n.vec * n.chunks;
   Entry params;
   params.abi.name = base + "_params";
   params.abi.block_x = 32;  // reduce_outer's block shape
@@ -170,7 +191,9 @@ EmittedKernel emit_norm(const NormSpec& spec) {
     case NormKind::RmsNormBackward: entries = backward_entries(spec, n, main, params); break;
   }
   std::ostringstream src;
-  src << emit::comment_block(spec.to_string()) << "#include \"mb_norm.cuh\"\n\n"
+  src << emit::comment_block(spec.to_string())
+      << emit::approx_math_define(emit::approx_math_level(stored_dtypes(spec)))
+      << "#include \"mb_norm.cuh\"\n\n"
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << entries;
   EmittedKernel kernel{src.str(), {main.abi}};

@@ -2,14 +2,16 @@
 //
 // Shape of the generated kernel:
 //   body()          the SSA instructions on one element, in compute types
-//   vector loop     when every tensor is Aligned: VEC elements per step,
-//                   16-byte loads/stores, grid-stride over numel / VEC
+//   vector loop     when every tensor is Aligned: UNROLL vectors of VEC
+//                   elements per thread and step, 16-byte loads/stores,
+//                   grid-stride over tiles of numel / VEC
 //   scalar loop     the remaining elements (all of them when some tensor is
 //                   not Aligned), with strided offsets where needed
 #include <sstream>
 
 #include "codegen/emit.h"
 #include "codegen/emit_common.h"
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -21,6 +23,8 @@ using emit::storage_type;
 struct Layout {
   const PointwiseSpec& spec;
   int vec = 1;               // > 1: the vector loop exists
+  int unroll = 1;            // vectors per thread and loop step
+  int approx_math = 0;       // MB_APPROX_MATH (Note [Approximate math for 16-bit results])
   bool any_strided = false;  // some tensor takes strides
   bool needs_shape = false;  // some strided tensor has rank > 0
 };
@@ -38,6 +42,10 @@ Layout layout_of(const PointwiseSpec& spec) {
   for (const auto& t : spec.inputs) visit(t);
   for (const auto& o : spec.outputs) visit(o.tensor);
   if (all_aligned) layout.vec = emit::vector_width(dtypes);
+  if (layout.vec > 1) layout.unroll = launch_tuning().pw_vec_per_thread;
+  std::vector<DType> stored;
+  for (const auto& o : spec.outputs) stored.push_back(o.tensor.dtype);
+  layout.approx_math = emit::approx_math_level(stored);
   return layout;
 }
 
@@ -98,32 +106,57 @@ std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {
   return tensors;
 }
 
+// Each block takes tiles of blockDim * UNROLL vectors (thread t: vectors t,
+// t + blockDim, ...), all loads of a tile issued before any math so that
+// UNROLL 16-byte accesses per thread are in flight; tiles are grid-stride.
 void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
   const PointwiseSpec& spec = layout.spec;
   const std::vector<bool> used = emit::used_inputs(spec);
   src << "  constexpr int VEC = " << std::to_string(layout.vec) << ";\n"
+      << "  constexpr int UNROLL = " << std::to_string(layout.unroll) << ";\n"
       << "  const I nvec = numel / VEC;\n"
-      << "  for (I v = first; v < nvec; v += step) {\n"
-      << "    const I i = v * VEC;\n";
+      << "  const I tile = static_cast<I>(blockDim.x) * UNROLL;\n"
+      << "  for (I base = static_cast<I>(blockIdx.x) * tile; base < nvec;\n"
+      << "       base += static_cast<I>(gridDim.x) * tile) {\n";
+  auto vector_index = [](const std::string& indent) {
+    return indent +
+           "const I v = base + static_cast<I>(u) * static_cast<I>(blockDim.x) + "
+           "static_cast<I>(threadIdx.x);\n";
+  };
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string ct(compute_type(spec.inputs[k].dtype));
-    src << "    " << ct << " x" << std::to_string(k) << "[VEC];\n";
-    if (used[k])
-      src << "    mb::load_compute<VEC>(in" << std::to_string(k) << " + i, x" << std::to_string(k)
-          << ");\n";
-  }
-  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
-        << "[VEC];\n";
+    src << "    " << ct << " x" << std::to_string(k) << "[UNROLL][VEC];\n";
   }
   src << "#pragma unroll\n"
-      << "    for (int k = 0; k < VEC; ++k) mb_body("
-      << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n";
-  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    mb::store_compute<VEC>(out" << std::to_string(k) << " + i, y" << std::to_string(k)
-        << ");\n";
+      << "    for (int u = 0; u < UNROLL; ++u) {\n"
+      << vector_index("      ");
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    const std::string ct(compute_type(spec.inputs[k].dtype));
+    // Lanes past the end compute on zeros and store nothing.
+    src << "      if (" << (used[k] ? "v < nvec" : "false") << ") mb::load_compute<VEC>(in" << n
+        << " + v * VEC, x" << n << "[u]);\n"
+        << "      else for (int k = 0; k < VEC; ++k) x" << n << "[u][k] = " << ct << "(0);\n";
   }
-  src << "  }\n";
+  src << "    }\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
+        << "[UNROLL][VEC];\n";
+  }
+  src << "#pragma unroll\n"
+      << "    for (int u = 0; u < UNROLL; ++u) {\n"
+      << "#pragma unroll\n"
+      << "      for (int k = 0; k < VEC; ++k) mb_body("
+      << emit::body_call_args(spec, "x", "[u][k]", "s", "y", "[u][k]") << ");\n"
+      << "    }\n"
+      << "#pragma unroll\n"
+      << "    for (int u = 0; u < UNROLL; ++u) {\n"
+      << vector_index("      ") << "      if (v >= nvec) continue;\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "      mb::store_compute<VEC>(out" << std::to_string(k) << " + v * VEC, y"
+        << std::to_string(k) << "[u]);\n";
+  }
+  src << "    }\n  }\n";
 }
 
 void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
@@ -165,10 +198,10 @@ EmittedKernel emit_pointwise(const PointwiseSpec& spec) {
   KernelEntry entry;
   entry.name = "mb_pointwise_" + emit::hex16(spec.hash());
   entry.block_x = spec.threads;
-  entry.elements_per_thread = layout.vec;
+  entry.elements_per_thread = layout.vec * layout.unroll;
 
   std::ostringstream src;
-  src << emit::comment_block(spec.to_string())
+  src << emit::comment_block(spec.to_string()) << emit::approx_math_define(layout.approx_math)
       << "#include \"mb_math.cuh\"\n#include \"mb_vector_io.cuh\"\n\n"
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << emit::body_function(spec, "mb_body") << "\n"

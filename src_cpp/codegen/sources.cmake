@@ -9,7 +9,8 @@ list(APPEND CORE_SOURCES
   codegen/kernel_spec.cpp
   codegen/pointwise_ops.cpp
   codegen/spec_validate.cpp
-  codegen/emit_common.cpp)
+  codegen/emit_common.cpp
+  codegen/launch_tuning.cpp)
 list(APPEND CODEGEN_SOURCES
   codegen/emit_pointwise.cpp
   codegen/emit_reduction.cpp

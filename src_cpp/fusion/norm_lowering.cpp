@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "codegen/launch_tuning.h"
 #include "fusion/pointwise_planner.h"
 #include "fusion/reduction_lowering.h"
 
@@ -34,6 +35,7 @@ std::string tensor_problem(const TensorType& t, const Device& device, const std:
 std::string finish(NormGroup& g, const std::vector<NodeId>& nodes, NormMatch* out) {
   g.spec.aligned = true;
   g.spec.index64 = false;
+  g.spec.threads = launch_tuning().norm_block;  // Note [Launch tuning knobs]
   g.general = g.spec;
   g.general.aligned = false;
   g.general.index64 = true;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "capability/registry.h"
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 #include "fusion/pointwise_lowering.h"
 
@@ -114,6 +115,7 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     spec.inputs[k].rank = full ? 0 : rank;
   }
   spec.index64 = false;
+  spec.threads = launch_tuning().pw_block;  // Note [Launch tuning knobs]
   PointwiseSpec general = spec;
   general.index64 = true;
   for (auto& t : general.inputs) t = TensorArg{t.dtype, IndexMode::Strided, rank};

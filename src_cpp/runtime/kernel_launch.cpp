@@ -74,6 +74,11 @@ void launch_on_stream(const DeviceModules::Loaded& loaded, CUfunction fn, std::i
       static_cast<unsigned>(entry.block_y), 1, 0, stream, args.data(), nullptr));
 }
 
+std::int64_t capped_grid(std::int64_t wanted, int sm_count, int blocks_per_sm) {
+  if (blocks_per_sm <= 0) return wanted;
+  return std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count) * blocks_per_sm);
+}
+
 bool GeneratedKernelBase::run(ValueSlots& slots, const SymbolBindings& bindings) const {
   if (disabled_.load(std::memory_order_relaxed)) return false;
   try {

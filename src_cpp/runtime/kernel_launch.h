@@ -75,6 +75,10 @@ class KernelArgs {
 void launch_on_stream(const DeviceModules::Loaded& loaded, CUfunction fn, std::int64_t blocks,
                       const KernelEntry& entry, KernelArgs& args, int device_index);
 
+// `wanted` blocks, at most sm_count * blocks_per_sm of them when
+// blocks_per_sm > 0 (the kernels loop, so any grid is correct).
+std::int64_t capped_grid(std::int64_t wanted, int sm_count, int blocks_per_sm);
+
 // The common part of every generated kernel: disable after a load/launch
 // failure, remember the last reason for falling back.
 class GeneratedKernelBase : public GeneratedKernel {

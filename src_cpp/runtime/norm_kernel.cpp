@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -27,6 +28,21 @@ DType dtype_of(const NormSpec& spec, const std::string& name) {
   if (name == "mean" || name == "rstd") return stats_dtype(spec.dtype);
   if (name == "y") return spec.out_dtype;
   return spec.dtype;
+}
+
+// Rows one block of `entry` covers per step: mb::row_threads of
+// device/mb_norm.cuh (Note [Rows in registers]) repeated on the host. Only
+// the grid size depends on it; the kernel computes its own layout.
+std::int64_t rows_per_block(const KernelEntry& entry, std::int64_t cols) {
+  const int vec = std::max(1, entry.elements_per_thread);
+  const std::int64_t per_thread = entry.row_elements_per_thread;
+  if (per_thread <= 0 || cols % vec != 0) return 1;
+  int block = 1;
+  while (block * 2 <= entry.block_x) block *= 2;
+  int tpr = 1;
+  while (tpr < block && tpr * per_thread < cols) tpr *= 2;
+  if (tpr * per_thread < cols) return 1;
+  return entry.block_x / tpr;
 }
 
 class NormKernel final : public GroupKernel<NormGroup> {
@@ -109,12 +125,15 @@ class NormKernel final : public GroupKernel<NormGroup> {
           MB_ASSERT(false, "unexpected norm kernel parameter ", p.name);
         }
       }
-      // Entry 0: a block per row; entry 1 (parameter grads): 32 columns per block.
-      const std::int64_t blocks = e == 0 ? rows : (cols + 31) / 32;
+      // Entry 0: rows_per_block(...) rows per block; entry 1 (parameter
+      // grads): 32 columns per block.
+      const std::int64_t per_block = e == 0 ? rows_per_block(entry, cols) : 1;
+      const std::int64_t blocks = e == 0 ? (rows + per_block - 1) / per_block : (cols + 31) / 32;
       if (blocks == 0) continue;
-      launch_on_stream(l, l.functions[v][e],
-                       std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16),
-                       entry, args, device->index());
+      const std::int64_t grid =
+          e == 0 ? capped_grid(blocks, l.sm_count, launch_tuning().norm_blocks_per_sm)
+                 : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
+      launch_on_stream(l, l.functions[v][e], grid, entry, args, device->index());
     }
     for (const auto& [name, value] : g.outputs) {
       if (value >= 0) slots[static_cast<std::size_t>(value)] = tensors[name];

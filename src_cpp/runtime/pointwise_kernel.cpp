@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -118,8 +119,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     const DeviceModules::Loaded& l = modules_.on(device_index);
     const std::int64_t per_block =
         static_cast<std::int64_t>(entry.block_x) * std::max(1, entry.elements_per_thread);
-    const std::int64_t blocks = std::min<std::int64_t>((numel + per_block - 1) / per_block,
-                                                       static_cast<std::int64_t>(l.sm_count) * 16);
+    const std::int64_t blocks = capped_grid((numel + per_block - 1) / per_block, l.sm_count,
+                                            launch_tuning().pw_blocks_per_sm);
     launch_on_stream(l, l.functions[v][0], blocks, entry, args, device_index);
   }
 };

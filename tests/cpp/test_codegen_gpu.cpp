@@ -783,6 +783,12 @@ TEST_F(GpuNorm, EveryKindMatchesReference) {
     check(kind, kF32, 9, 999, true);   // rows not 16-byte multiples: scalar path
     check(kind, kBF16, 5, 1024, true);
     check(kind, kF32, 3, 77, false);
+    // Note [Rows in registers]: a row longer than the register path holds
+    // (256 threads x 4 vectors of 4 fp32 at the default knobs) takes the
+    // loop path; short rows share a warp (8-wide bf16 vectors, 2 threads
+    // per row) and the last row group of the grid is ragged.
+    check(kind, kF32, 2, 5000, true);
+    check(kind, kBF16, 37, 40, true);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
 #include "codegen/kernel_spec.h"
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -303,6 +304,121 @@ TEST(CodegenNorm, ValidateExplainsRejections) {
   s.out_dtype = DType::Float16;
   EXPECT_FALSE(validate(s).empty());
   EXPECT_THROW(emit_norm(s), InternalError);
+}
+
+// ---- launch tuning (Note [Launch tuning knobs]) -----------------------------
+
+// x (in_dtype) -> sigmoid -> tanh -> out_dtype, aligned: the micro chain's shape.
+PointwiseSpec activation_chain(DType in_dtype, DType out_dtype) {
+  PointwiseSpec spec;
+  spec.rank = 1;
+  spec.inputs = {TensorArg{in_dtype, IndexMode::Aligned, 0}};
+  spec.instrs = {
+      {PwOp::Load, in_dtype, {}, 0},
+      {PwOp::Cast, DType::Float32, {0}, -1},
+      {PwOp::Sigmoid, DType::Float32, {1}, -1},
+      {PwOp::Tanh, DType::Float32, {2}, -1},
+      {PwOp::Cast, out_dtype, {3}, -1},
+  };
+  spec.outputs = {{TensorArg{out_dtype, IndexMode::Aligned, 0}, 4}};
+  return spec;
+}
+
+NormSpec forward_norm(NormKind kind, DType dtype, bool aligned) {
+  NormSpec spec;
+  spec.kind = kind;
+  spec.dtype = spec.out_dtype = spec.weight_dtype = dtype;
+  spec.has_weight = kind != NormKind::SoftmaxForward;
+  spec.has_bias = kind == NormKind::LayerNormForward;
+  spec.aligned = aligned;
+  return spec;
+}
+
+const char* fake_env(const char* name) {
+  const std::string n = name;
+  if (n == "MYBACKEND_PW_BLOCK") return "512";
+  if (n == "MYBACKEND_PW_VEC_PER_THREAD") return "3";  // not allowed: default
+  if (n == "MYBACKEND_NORM_VEC_PER_THREAD") return "16";
+  if (n == "MYBACKEND_NORM_BLOCKS_PER_SM") return "8x";  // not a number: default
+  return nullptr;
+}
+
+TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
+  const LaunchTuning defaults;
+  const LaunchTuning t = launch_tuning_from(&fake_env);
+  EXPECT_EQ(t.pw_block, 512);
+  EXPECT_EQ(t.pw_vec_per_thread, defaults.pw_vec_per_thread);
+  EXPECT_EQ(t.norm_vec_per_thread, 16);
+  EXPECT_EQ(t.norm_blocks_per_sm, defaults.norm_blocks_per_sm);
+  EXPECT_EQ(t.norm_block, defaults.norm_block);
+  EXPECT_NE(t.to_string().find("pw_block=512"), std::string::npos);
+}
+
+// Every knob value emits kernels that compile, keep 16-byte accesses and
+// tell the launcher their per-thread work.
+TEST(CodegenTuning, EveryKnobValueCompiles) {
+  std::vector<Case> cases;
+  std::vector<LaunchTuning> tunings;
+  for (int v : {1, 2, 4, 8, 16}) {
+    LaunchTuning t;
+    t.pw_vec_per_thread = v == 16 ? 8 : v;
+    t.pw_block = v == 1 ? 1024 : 128;
+    t.norm_vec_per_thread = v;
+    t.norm_block = v == 16 ? 64 : 512;
+    tunings.push_back(t);
+  }
+  for (const LaunchTuning& t : tunings) {
+    const ScopedLaunchTuning scope(t);
+    const std::string label = t.to_string();
+    const EmittedKernel pw = emit_pointwise(activation_chain(DType::BFloat16, DType::BFloat16));
+    EXPECT_EQ(pw.entries[0].elements_per_thread, 8 * t.pw_vec_per_thread) << label;
+    cases.push_back({"chain " + label, pw});
+    for (NormKind kind :
+         {NormKind::SoftmaxForward, NormKind::LayerNormForward, NormKind::RmsNormForward}) {
+      for (DType dtype : {DType::BFloat16, DType::Float32}) {
+        for (bool aligned : {true, false}) {
+          const EmittedKernel k = emit_norm(forward_norm(kind, dtype, aligned));
+          const int vec = aligned ? 16 / dtype_size_bytes(dtype) : 1;
+          EXPECT_EQ(k.entries[0].row_elements_per_thread, vec * t.norm_vec_per_thread) << label;
+          cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype) + " " + label, k});
+        }
+      }
+    }
+  }
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const bool aligned = cases[i].kernel.entries[0].elements_per_thread > 1;
+    if (aligned) {
+      EXPECT_TRUE(has_16_byte_load(outcomes[i].kernel->image)) << cases[i].label;
+    }
+  }
+}
+
+// Note [Approximate math for 16-bit results]: fast forms only when every
+// stored tensor is 16-bit; tanh.approx only for bf16 results.
+TEST(CodegenTuning, ApproximateMathOnlyFor16BitResults) {
+  const std::vector<Case> cases = {
+      {"bf16", emit_pointwise(activation_chain(DType::BFloat16, DType::BFloat16))},
+      {"f16", emit_pointwise(activation_chain(DType::Float16, DType::Float16))},
+      {"f32 out", emit_pointwise(activation_chain(DType::BFloat16, DType::Float32))},
+      {"softmax bf16", emit_norm(forward_norm(NormKind::SoftmaxForward, DType::BFloat16, true))},
+      {"softmax f32", emit_norm(forward_norm(NormKind::SoftmaxForward, DType::Float32, true))},
+  };
+  const auto outcomes = compile_all(cases);
+  auto ptx = [&](std::size_t i) { return outcomes[i].kernel->image; };
+  auto has = [](const std::string& text, const char* what) {
+    return text.find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok() && outcomes[2].ok());
+  EXPECT_TRUE(has(ptx(0), "tanh.approx.f32"));
+  EXPECT_TRUE(has(ptx(0), "cvt.rn.bf16.f32"));
+  EXPECT_FALSE(has(ptx(1), "tanh.approx.f32"));
+  EXPECT_TRUE(has(ptx(1), "ex2.approx"));
+  EXPECT_FALSE(has(ptx(2), "tanh.approx.f32"));
+  EXPECT_FALSE(has(ptx(2), "div.approx"));
+  EXPECT_TRUE(has(cases[3].kernel.source, "#define MB_APPROX_MATH 2"));
+  EXPECT_FALSE(has(cases[4].kernel.source, "MB_APPROX_MATH"));
 }
 
 }  // namespace

@@ -2,11 +2,24 @@
 // types (float, double, the integer types). Formulas follow ATen's CUDA
 // kernels so that fused results match eager (NaN propagation in max/min and
 // clamp, Python-style floor division and remainder, torch's gelu forms).
-// Everything stays IEEE: no fast-math intrinsics (see Note [No fast math]
-// in docs/design/0003-codegen.md).
+// IEEE by default (see Note [No fast math] in docs/design/0003-codegen.md);
+// MB_APPROX_MATH, defined by the emitter before this header, relaxes the
+// float forms of a few functions when every stored result is 16-bit (Note
+// [Approximate math for 16-bit results]).
 #pragma once
 
 #include "mb_types.cuh"
+
+// Note [Approximate math for 16-bit results]
+// 1: every tensor the kernel stores is fp16 or bf16. exp is __expf (MUFU
+//    ex2, error 2 + 1.2|x| fp32 ulps) and the reciprocals inside sigmoid and
+//    silu are __fdividef (2 ulps): both far below fp16's 2^-11 rounding.
+// 2: every stored tensor is bf16 (2^-8 rounding): tanh is tanh.approx.f32
+//    (relative error below 2^-10.9), which fp16 results could notice.
+// fp32/fp64 results always get the IEEE forms; so do explicit divisions.
+#ifndef MB_APPROX_MATH
+#define MB_APPROX_MATH 0
+#endif
 
 namespace mb {
 
@@ -14,7 +27,6 @@ namespace mb {
   __device__ __forceinline__ float name(float x) { return ::ffn(x); } \
   __device__ __forceinline__ double name(double x) { return ::dfn(x); }
 
-MB_FLOAT_UNARY(exp, expf, exp)
 MB_FLOAT_UNARY(exp2, exp2f, exp2)
 MB_FLOAT_UNARY(expm1, expm1f, expm1)
 MB_FLOAT_UNARY(log, logf, log)
@@ -25,7 +37,6 @@ MB_FLOAT_UNARY(rsqrt, rsqrtf, rsqrt)
 MB_FLOAT_UNARY(sin, sinf, sin)
 MB_FLOAT_UNARY(cos, cosf, cos)
 MB_FLOAT_UNARY(tan, tanf, tan)
-MB_FLOAT_UNARY(tanh, tanhf, tanh)
 MB_FLOAT_UNARY(erf, erff, erf)
 MB_FLOAT_UNARY(floor, floorf, floor)
 MB_FLOAT_UNARY(ceil, ceilf, ceil)
@@ -33,6 +44,39 @@ MB_FLOAT_UNARY(trunc, truncf, trunc)
 // torch.round rounds half to even, which is rint in the default mode.
 MB_FLOAT_UNARY(round, rintf, rint)
 #undef MB_FLOAT_UNARY
+
+__device__ __forceinline__ double exp(double x) { return ::exp(x); }
+__device__ __forceinline__ double tanh(double x) { return ::tanh(x); }
+__device__ __forceinline__ float exp(float x) {
+#if MB_APPROX_MATH >= 1
+  return ::__expf(x);
+#else
+  return ::expf(x);
+#endif
+}
+__device__ __forceinline__ float tanh(float x) {
+#if MB_APPROX_MATH >= 2 && __CUDA_ARCH__ >= 750
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return ::tanhf(x);
+#endif
+}
+
+// a / b, in the fast form where MB_APPROX_MATH allows it. Only for
+// divisors >= 1 (sigmoid, silu): __fdividef's zero for divisors beyond
+// 2^126 is then the right limit.
+template <class F>
+__device__ __forceinline__ F activation_div(F a, F b) {
+  return a / b;
+}
+#if MB_APPROX_MATH >= 1
+template <>
+__device__ __forceinline__ float activation_div<float>(float a, float b) {
+  return ::__fdividef(a, b);
+}
+#endif
 
 // floor/ceil/round/trunc of an integer are the integer itself.
 template <class T>
@@ -188,11 +232,11 @@ __device__ __forceinline__ F reciprocal(F x) {
 }
 template <class F>
 __device__ __forceinline__ F sigmoid(F x) {
-  return F(1) / (F(1) + mb::exp(-x));
+  return activation_div(F(1), F(1) + mb::exp(-x));
 }
 template <class F>
 __device__ __forceinline__ F silu(F x) {
-  return x / (F(1) + mb::exp(-x));
+  return activation_div(x, F(1) + mb::exp(-x));
 }
 
 template <class F>

@@ -1,10 +1,19 @@
 // Row-wise normalization kernels (softmax, log_softmax, layer norm, RMS
 // norm; forward and backward) over the last dim of a [rows, cols] view whose
-// rows are contiguous. One block per row, grid-stride over rows; statistics
-// accumulate in A = Compute<T>::type (fp32 for fp16/bf16/fp32, fp64 for
-// fp64). The row is read twice (statistics, then output) rather than held
-// in shared memory, because cols is a run-time argument; the second read
-// usually hits L2.
+// rows are contiguous; statistics accumulate in A = Compute<T>::type (fp32
+// for fp16/bf16/fp32, fp64 for fp64).
+//
+// Note [Rows in registers]
+// Forward kernels first try the register path: a row is split over `tpr`
+// threads (the smallest power of two, at most the block, whose CHUNKS
+// vectors of VEC elements each cover it), read once into registers, reduced
+// within its thread group (shuffles; shared memory only when tpr > 32) and
+// written once; blockDim.x / tpr rows per block. cols is a run-time
+// argument, so the kernel picks tpr itself (row_threads) and the launcher
+// repeats the computation only to size the grid. Rows that do not fit, or
+// whose length is not a multiple of VEC, take the loop path: a block per
+// row, read twice (statistics, then output; the second read usually hits
+// L2).
 #pragma once
 
 #include "mb_math.cuh"
@@ -18,6 +27,80 @@ template <int N>
 struct Int {
   static constexpr int value = N;
 };
+
+// Threads per row of the register path for rows of `cols` elements, or 0
+// when the row does not fit (or is not made of whole vectors): the same
+// formula as the launcher's (norm_kernel.cpp).
+template <int VEC, int CHUNKS>
+__device__ __forceinline__ int row_threads(long long cols) {
+  if (cols % VEC != 0) return 0;
+  int block = 1;
+  while (block * 2 <= static_cast<int>(blockDim.x)) block *= 2;
+  int tpr = 1;
+  while (tpr < block && static_cast<long long>(tpr) * VEC * CHUNKS < cols) tpr *= 2;
+  return static_cast<long long>(tpr) * VEC * CHUNKS >= cols ? tpr : 0;
+}
+
+// Reduces over the tpr threads of one row (tpr a power of two; threads
+// tpr * g ... tpr * g + tpr - 1 form row group g) and returns the result to
+// all of them. Every thread of the block must call it (it may sync).
+template <class R>
+__device__ __forceinline__ typename R::AccT row_reduce(typename R::AccT v, int tpr) {
+  typedef typename R::AccT Acc;
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    if (m < tpr) v = R::combine(v, R::shfl(v, m));
+  }
+  if (tpr <= 32) return v;
+  __shared__ Acc partial[32];
+  const int warp = threadIdx.x / 32;
+  const int per_row = tpr / 32;
+  const int first = warp - warp % per_row;
+  if (threadIdx.x % 32 == 0) partial[warp] = v;
+  __syncthreads();
+  Acc r = partial[first];
+  for (int w = 1; w < per_row; ++w) r = R::combine(r, partial[first + w]);
+  __syncthreads();
+  return r;
+}
+
+// Where this thread sits in the register path's row groups.
+template <class I>
+struct RowGroup {
+  int lane;     // thread within its row
+  I group;      // row within the block's rows
+  I per_block;  // rows per block
+  bool active;  // false for threads past the last whole group
+  __device__ explicit RowGroup(int tpr)
+      : lane(static_cast<int>(threadIdx.x) % tpr),
+        group(static_cast<I>(threadIdx.x / tpr)),
+        per_block(static_cast<I>(blockDim.x / tpr)),
+        active(static_cast<I>(threadIdx.x / tpr) < static_cast<I>(blockDim.x / tpr)) {}
+};
+
+// The register path's loops: f(lane, row, live, offset) for each row group
+// step of this block (every thread runs every step, so row_reduce may
+// sync; `live` is false past the last row), and f(k, col) for this
+// thread's chunks of a live row.
+template <class I, class F>
+__device__ __forceinline__ void for_row_groups(I rows, I cols, int tpr, F&& f) {
+  const RowGroup<I> rg(tpr);
+  for (I base = static_cast<I>(blockIdx.x) * rg.per_block; base < rows;
+       base += static_cast<I>(gridDim.x) * rg.per_block) {
+    const I row = base + rg.group;
+    const bool live = rg.active && row < rows;
+    f(rg.lane, row, live, live ? row * cols : I(0));
+  }
+}
+
+template <int VEC, int CHUNKS, class I, class F>
+__device__ __forceinline__ void for_row_chunks(int lane, int tpr, I cols, bool live, F&& f) {
+#pragma unroll
+  for (int k = 0; k < CHUNKS; ++k) {
+    const I c = (static_cast<I>(k) * tpr + lane) * VEC;
+    if (live && c < cols) f(k, c);
+  }
+}
 
 // Calls f(col, Int<N>()) for each chunk of this thread's columns: N == VEC
 // when the row length allows 16-byte accesses, else N == 1.
@@ -89,11 +172,50 @@ struct SoftmaxReducer {
   }
 };
 
-template <class T, class TO, class I, int VEC, bool LOG>
+// Register path (Note [Rows in registers]): max, then exp once per element
+// kept in registers for the sum, then one write.
+template <class T, class TO, class I, int VEC, int CHUNKS, bool LOG>
+__device__ __forceinline__ void softmax_forward_rows(const T* __restrict__ x, TO* __restrict__ y,
+                                                     I rows, I cols, int tpr) {
+  typedef typename Compute<T>::type A;
+  A v[CHUNKS][VEC];
+  for_row_groups(rows, cols, tpr, [&](int lane, I, bool live, I offset) {
+    A m = Limits<A>::lowest();
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
+      load_as<VEC>(x + offset + c, v[k]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m = maximum(m, v[k][e]);
+    });
+    m = row_reduce<MaxReducer<A> >(m, tpr);
+    A sum = A(0);
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A ex = mb::exp(v[k][e] - m);
+        sum += ex;
+        if (!LOG) v[k][e] = ex;
+      }
+    });
+    sum = row_reduce<SumReducer<A> >(sum, tpr);
+    const A log_sum = LOG ? mb::log(sum) : A(0);
+    const A inv_sum = LOG ? A(0) : A(1) / sum;
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[k][e] = LOG ? v[k][e] - m - log_sum : v[k][e] * inv_sum;
+      store_compute<VEC>(y + offset + c, v[k]);
+    });
+  });
+}
+
+template <class T, class TO, class I, int VEC, int CHUNKS, bool LOG>
 __device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __restrict__ y, I rows,
                                                 I cols) {
   typedef typename Compute<T>::type A;
   typedef SoftmaxReducer<A> R;
+  if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
+    softmax_forward_rows<T, TO, I, VEC, CHUNKS, LOG>(x, y, rows, cols, tpr);
+    return;
+  }
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     TO* yr = y + row * cols;
@@ -107,13 +229,14 @@ __device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __r
     });
     s = block_reduce<R>(s);
     const A log_sum = mb::log(s.sum);
+    const A inv_sum = A(1) / s.sum;
     row_loop<VEC>(cols, [&](I c, auto n) {
       constexpr int N = decltype(n)::value;
       A v[N];
       load_as<N>(xr + c, v);
 #pragma unroll
       for (int k = 0; k < N; ++k)
-        v[k] = LOG ? v[k] - s.max - log_sum : mb::exp(v[k] - s.max) / s.sum;
+        v[k] = LOG ? v[k] - s.max - log_sum : mb::exp(v[k] - s.max) * inv_sum;
       store_compute<N>(yr + c, v);
     });
   }
@@ -171,7 +294,55 @@ struct PairSumReducer {
 
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), var biased.
 // RMS (RMS == true): y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
-template <class T, class W, class I, int VEC, bool RMS, bool HAS_W, bool HAS_B, bool SAVE>
+// Register path (Note [Rows in registers]): the row is read once; the
+// mean, then the sum of squared deviations from it, are exact two-pass
+// statistics over registers (RMS: the sum of squares only).
+template <class T, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W, bool HAS_B,
+          bool SAVE>
+__device__ __forceinline__ void norm_forward_rows(const T* __restrict__ x, const W* __restrict__ w,
+                                                  const W* __restrict__ b, T* __restrict__ y,
+                                                  typename Compute<T>::type* __restrict__ mean_out,
+                                                  typename Compute<T>::type* __restrict__ rstd_out,
+                                                  I rows, I cols, double eps, int tpr) {
+  typedef typename Compute<T>::type A;
+  const A inv_cols = A(1) / static_cast<A>(cols);
+  A v[CHUNKS][VEC];
+  for_row_groups(rows, cols, tpr, [&](int lane, I row, bool live, I offset) {
+    A sum = A(0);
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
+      load_as<VEC>(x + offset + c, v[k]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += RMS ? v[k][e] * v[k][e] : v[k][e];
+    });
+    sum = row_reduce<SumReducer<A> >(sum, tpr);
+    const A mean = RMS ? A(0) : sum * inv_cols;
+    A var = sum * inv_cols;
+    if (!RMS) {
+      A m2 = A(0);
+      for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) m2 += (v[k][e] - mean) * (v[k][e] - mean);
+      });
+      var = row_reduce<SumReducer<A> >(m2, tpr) * inv_cols;
+    }
+    const A rstd = mb::rsqrt(var + static_cast<A>(eps));
+    if (SAVE && live && lane == 0) {
+      if (!RMS) mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
+      A wv[VEC], bv[VEC];
+      load_param<HAS_W, VEC>(w + c, wv, A(1));
+      load_param<HAS_B, VEC>(b + c, bv, A(0));
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[k][e] = (v[k][e] - mean) * rstd * wv[e] + bv[e];
+      store_compute<VEC>(y + offset + c, v[k]);
+    });
+  });
+}
+
+template <class T, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W, bool HAS_B,
+          bool SAVE>
 __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* __restrict__ w,
                                              const W* __restrict__ b, T* __restrict__ y,
                                              typename Compute<T>::type* __restrict__ mean_out,
@@ -179,20 +350,48 @@ __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* _
                                              I rows, I cols, double eps) {
   typedef typename Compute<T>::type A;
   typedef WelfordReducer<A> R;
+  if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
+    norm_forward_rows<T, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE>(x, w, b, y, mean_out, rstd_out,
+                                                                     rows, cols, eps, tpr);
+    return;
+  }
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const I base = row * cols;
+    if (RMS) {
+      // The mean square: a plain sum, no Welford update per element.
+      A sq = A(0);
+      row_loop<VEC>(cols, [&](I c, auto n) {
+        constexpr int N = decltype(n)::value;
+        A v[N];
+        load_as<N>(x + base + c, v);
+#pragma unroll
+        for (int k = 0; k < N; ++k) sq += v[k] * v[k];
+      });
+      const A rstd =
+          mb::rsqrt(block_reduce<SumReducer<A> >(sq) / static_cast<A>(cols) + static_cast<A>(eps));
+      if (SAVE && threadIdx.x == 0) rstd_out[row] = rstd;
+      row_loop<VEC>(cols, [&](I c, auto n) {
+        constexpr int N = decltype(n)::value;
+        A v[N], wv[N];
+        load_as<N>(x + base + c, v);
+        load_param<HAS_W, N>(w + c, wv, A(1));
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = v[k] * rstd * wv[k];
+        store_compute<N>(y + base + c, v);
+      });
+      continue;
+    }
     typename R::AccT acc = R::identity();
     row_loop<VEC>(cols, [&](I c, auto n) {
       constexpr int N = decltype(n)::value;
       A v[N];
       load_as<N>(x + base + c, v);
 #pragma unroll
-      for (int k = 0; k < N; ++k) acc = R::combine(acc, R::make(RMS ? v[k] * v[k] : v[k], 0));
+      for (int k = 0; k < N; ++k) acc = R::combine(acc, R::make(v[k], 0));
     });
     acc = block_reduce<R>(acc);
-    // For RMS the Welford mean of x^2 is the mean square.
-    const A mean = RMS ? A(0) : acc.mean;
-    const A var = RMS ? acc.mean : acc.m2 / static_cast<A>(cols);
+    const A mean = acc.mean;
+    const A var = acc.m2 / static_cast<A>(cols);
     const A rstd = mb::rsqrt(var + static_cast<A>(eps));
     if (SAVE && threadIdx.x == 0) {
       if (!RMS) mean_out[row] = mean;

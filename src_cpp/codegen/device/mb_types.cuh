@@ -46,11 +46,17 @@ __device__ __forceinline__ float to_float(bf16 b) {
   return __uint_as_float(static_cast<unsigned>(b.bits) << 16);
 }
 
-// Round to nearest even, NaN kept quiet: what c10::BFloat16 does, written
-// with integer operations so that it also runs below sm_80 (no cvt.bf16).
+// Round to nearest even, NaN kept quiet: what c10::BFloat16 does. sm_80 and
+// later have the instruction; older targets use integer operations (the
+// instruction's NaN is the canonical 0x7fff, c10 keeps sign and payload:
+// both are NaN).
 __device__ __forceinline__ bf16 to_bf16(float f) {
-  unsigned u = __float_as_uint(f);
   bf16 b;
+#if __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.bits) : "f"(f));
+  return b;
+#else
+  unsigned u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) {
     b.bits = static_cast<unsigned short>((u >> 16) | 0x0040u);
     return b;
@@ -58,6 +64,7 @@ __device__ __forceinline__ bf16 to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   b.bits = static_cast<unsigned short>(u >> 16);
   return b;
+#endif
 }
 
 // Rounding a float held value to the precision of a narrower type; used for

@@ -1,0 +1,54 @@
+// Launch parameters of generated kernels that are worth sweeping on a GPU,
+// read once per process from the environment (Note [Launch tuning knobs]).
+//
+// Note [Launch tuning knobs]
+// Each knob is an environment variable read the first time a kernel is
+// planned or emitted; a value that is not one of the allowed ones is
+// ignored (the default applies) so that a typo cannot break a run. The
+// knobs change the emitted source (compile-time constants) and, through
+// KernelEntry, the launch; every combination is correct because the
+// kernels loop (grid-stride, predicated tails) and compute their row
+// layout themselves, and the kernel cache keys on the source. See
+// docs/performance.md for what each knob trades.
+#pragma once
+
+#include <string>
+
+namespace mybackend {
+
+struct LaunchTuning {
+  // Pointwise kernels.
+  int pw_block = 256;         // MYBACKEND_PW_BLOCK: threads per block
+  int pw_vec_per_thread = 2;  // MYBACKEND_PW_VEC_PER_THREAD: 16-byte vectors per thread and step
+  int pw_blocks_per_sm = 0;   // MYBACKEND_PW_BLOCKS_PER_SM: grid cap (0: one tile per block)
+  // Row-wise norm / softmax kernels.
+  int norm_block = 256;         // MYBACKEND_NORM_BLOCK: threads per block (a power of two)
+  int norm_vec_per_thread = 4;  // MYBACKEND_NORM_VEC_PER_THREAD: vectors of a row one thread holds
+  int norm_blocks_per_sm = 0;   // MYBACKEND_NORM_BLOCKS_PER_SM: grid cap (0: uncapped)
+
+  // "pw_block=256 pw_vec_per_thread=2 ..." for reports and benchmarks.
+  std::string to_string() const;
+};
+
+// The process-wide tuning: defaults overridden by the environment, read on
+// the first call.
+const LaunchTuning& launch_tuning();
+
+// The tuning `env` (a getenv-like lookup) selects; exposed for tests.
+LaunchTuning launch_tuning_from(const char* (*env)(const char*));
+
+// Replaces launch_tuning() while alive (tests that emit every knob value;
+// not for concurrent use with planning or emitting on other threads).
+class ScopedLaunchTuning {
+ public:
+  explicit ScopedLaunchTuning(const LaunchTuning& tuning);
+  ~ScopedLaunchTuning();
+  ScopedLaunchTuning(const ScopedLaunchTuning&) = delete;
+  ScopedLaunchTuning& operator=(const ScopedLaunchTuning&) = delete;
+
+ private:
+  const LaunchTuning* previous_;
+  LaunchTuning tuning_;
+};
+
+}  // namespace mybackend
