@@ -32,7 +32,11 @@ M, K, N, BATCH = 64, 48, 80, 3
 # name -> (dtype, TF32 allowed for cuBLAS, tolerance)
 PRECISIONS: dict[str, tuple[torch.dtype, bool, dict[str, float]]] = {
     "bf16": (torch.bfloat16, False, {"rtol": 2e-2, "atol": 2e-2}),
-    "fp16": (torch.float16, False, {"rtol": 5e-3, "atol": 5e-3}),
+    # Weight gradients sum many fp16 products whose inputs (the upstream
+    # gradient, computed by a fused kernel that rounds once) may differ from
+    # eager's by one rounding each: an absolute error near 1e-2 on sums of
+    # magnitude ~5, as bf16's 2e-2 allows for the same reason.
+    "fp16": (torch.float16, False, {"rtol": 1e-2, "atol": 1e-2}),
     "fp32": (torch.float32, False, {"rtol": 1e-4, "atol": 1e-4}),
     "tf32": (torch.float32, True, {"rtol": 1e-2, "atol": 2e-2}),
 }
