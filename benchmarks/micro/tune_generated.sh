@@ -6,7 +6,7 @@
 #   BUILD=1 bash benchmarks/micro/tune_generated.sh    # build mybackend in place first (extra time)
 #
 # Each setting is one process (the knobs are read once per process) running
-#   python -m benchmarks.micro --backends mybackend-generated --cases ...
+#   python -m benchmarks.micro --backends mybackend --cases ...
 # Pointwise knobs only change the pointwise case and norm knobs only the
 # three row-wise ones, so every setting moves both at once. The table gives
 # the percentage of the roofline (and ms) per case; results go to
@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-bench_out}/tune
 mkdir -p "$out"
-export MYBACKEND_GENERATED_KERNELS=1 PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 cases=pointwise_chain,layer_norm,rms_norm,softmax
 
 if [ "${BUILD:-0}" = 1 ]; then
@@ -37,7 +37,7 @@ for s in "${settings[@]}"; do
   read -r name pb pv pg nb nv ng <<<"$s"
   MYBACKEND_PW_BLOCK=$pb MYBACKEND_PW_VEC_PER_THREAD=$pv MYBACKEND_PW_BLOCKS_PER_SM=$pg \
   MYBACKEND_NORM_BLOCK=$nb MYBACKEND_NORM_VEC_PER_THREAD=$nv MYBACKEND_NORM_BLOCKS_PER_SM=$ng \
-    timeout 60 python3 -m benchmarks.micro --backends mybackend-generated --cases "$cases" \
+    timeout 60 python3 -m benchmarks.micro --backends mybackend --cases "$cases" \
     --repeats 10 --out "$out/$name" >"$out/$name.log" 2>&1 \
     || echo "setting $name failed or timed out (see $out/$name.log)"
 done
