@@ -24,7 +24,7 @@ struct LaunchTuning {
   // Row-wise norm / softmax kernels.
   int norm_block = 256;         // MYBACKEND_NORM_BLOCK: threads per block (a power of two)
   int norm_vec_per_thread = 4;  // MYBACKEND_NORM_VEC_PER_THREAD: vectors of a row one thread holds
-  int norm_blocks_per_sm = 0;   // MYBACKEND_NORM_BLOCKS_PER_SM: grid cap (0: uncapped)
+  int norm_blocks_per_sm = 8;   // MYBACKEND_NORM_BLOCKS_PER_SM: grid cap (0: uncapped)
 
   // "pw_block=256 pw_vec_per_thread=2 ..." for reports and benchmarks.
   std::string to_string() const;
