@@ -77,20 +77,24 @@ def run_with_this_sys_path(
 ) -> subprocess.CompletedProcess[str]:
     """Runs code in a new interpreter that imports exactly what this one does.
 
-    run_in_fresh_python's child resolves imports through its own site setup
-    (an editable install may point at another checkout); this one skips site
-    (-S) and gets this process's sys.path, with the folder of the mybackend
-    package imported here first, so a test about cross-process behaviour
-    tests this tree's code. `env` replaces the environment (default: this
-    process's), PYTHONPATH aside.
+    A child started like this process imports the same mybackend: with site
+    (the normal case, an editable install's finder included) it gets the same
+    site setup; when this process itself skipped site (-S, e.g. a worktree run
+    beside an editable install of another checkout), the child skips it too
+    and gets this process's sys.path, the folder of the mybackend imported
+    here first. `env` replaces the environment (default: this process's).
     """
     import mybackend
 
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(mybackend.__file__)))
-    paths = [package_root] + [p for p in sys.path if p and p != package_root]
-    child_env = {**(os.environ if env is None else env), "PYTHONPATH": os.pathsep.join(paths)}
+    child_env = dict(os.environ if env is None else env)
+    flags = []
+    if sys.flags.no_site:
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(mybackend.__file__)))
+        paths = [package_root] + [p for p in sys.path if p and p != package_root]
+        child_env["PYTHONPATH"] = os.pathsep.join(paths)
+        flags = ["-S"]
     return subprocess.run(
-        [sys.executable, "-S", "-c", textwrap.dedent(code)],
+        [sys.executable, *flags, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=timeout,
