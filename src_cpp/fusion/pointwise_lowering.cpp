@@ -275,6 +275,14 @@ void div_mode(PwNodeBuilder& b) {  // (self, other, rounding_mode?)
     b.refuse("unknown rounding mode");
   op == PwOp::Div ? require_floating(b) : require_numeric(b);
   const DType c = compute_of(b);
+  if (op == PwOp::DivTrunc && c != b.out() && is_floating(b.out())) {
+    // Eager's fp16/bf16 kernel rounds the quotient to the 16-bit type before
+    // truncating (2.999 becomes 3.0, then 3); truncating the fp32 quotient
+    // would give 2 (found by the OpInfo sweep).
+    const std::int32_t quotient = b.cast(b.emit(PwOp::Div, c, {b.get(0, c), b.get(1, c)}), b.out());
+    b.result(b.emit(PwOp::Trunc, c, {b.cast(quotient, c)}));
+    return;
+  }
   b.result(b.emit(op, c, {b.get(0, c), b.get(1, c)}));
 }
 

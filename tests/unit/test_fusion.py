@@ -128,3 +128,14 @@ def test_report_carries_the_generated_cuda_source() -> None:
     assert pointwise, kernels
     assert "__global__" in pointwise[0]["source"]
     assert all(k["source"] == "" for k in kernels if k["kind"] != "pointwise")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_truncating_division_rounds_the_quotient_like_eager(dtype: torch.dtype) -> None:
+    # Eager's 16-bit kernel rounds a / b to the 16-bit type before truncating.
+    kernels = _kernels(
+        lambda a, b: torch.div(a * 2, b, rounding_mode="trunc"), ((4, 8), dtype), ((8,), dtype)
+    )
+    spec = kernels[0]["spec"]
+    rounds_first = "div_trunc" not in spec and "trunc" in spec
+    assert rounds_first == (dtype != torch.float32), spec
