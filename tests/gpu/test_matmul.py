@@ -225,7 +225,9 @@ def test_linear_backward_fuses_the_bias_gradient(shape: tuple[int, ...], precisi
     backward = [r for r in records if r.kind == "backward"]
     assert len(backward) == 1
     specs = [k["spec"] for k in backward[0].core_report["kernels"] if k["kind"] == "matmul"]
-    assert any("(cublaslt BGRADB)" in s for s in specs), specs
+    # fp16 keeps the bias gradient a separate reduction (matmul_planner.cpp).
+    fused = any("(cublaslt BGRADB)" in s for s in specs)
+    assert fused == (dtype != torch.float16), specs
     stats = backward[0].compiled.stats()
     assert stats["matmul_groups_run"] == len(specs) >= 2 and stats["matmul_fallbacks"] == 0, stats
 

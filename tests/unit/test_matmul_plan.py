@@ -181,6 +181,13 @@ def test_linear_3d_backward_fuses_the_bias_gradient() -> None:
     assert any("cublaslt BGRADB" in s for s in specs), specs
 
 
+def test_fp16_bias_gradient_is_not_a_cublaslt_epilogue() -> None:
+    model = _linear().half()
+    graphs = _aot_graphs(model, X3.clone().half().requires_grad_())
+    specs = [k["spec"] for k in _matmuls(graphs["backward"])]
+    assert specs and not any("BGRAD" in s for s in specs), specs
+
+
 def test_bmm_with_a_transposed_operand() -> None:
     a, b = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
     gm = _on_fake_cuda(lambda a, b: torch.bmm(a, b.transpose(1, 2)), a, b, decompose=True)
