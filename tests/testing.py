@@ -59,30 +59,18 @@ def nodes_run_in_partitions(records: Sequence[GraphRecord]) -> int:
     return sum(r.compiled.stats()["nodes_run_in_partitions"] for r in records if r.compiled)
 
 
-def run_in_fresh_python(code: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
-    """Runs code in a new interpreter (no state shared with the test process)."""
-    env = dict(os.environ)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-
-
-def run_with_this_sys_path(
+def run_in_fresh_python(
     code: str, env: Mapping[str, str] | None = None, timeout: float = 240.0
 ) -> subprocess.CompletedProcess[str]:
-    """Runs code in a new interpreter that imports exactly what this one does.
+    """Runs code in a new interpreter (no state shared with the test process)
+    that imports the same mybackend as this one.
 
-    A child started like this process imports the same mybackend: with site
-    (the normal case, an editable install's finder included) it gets the same
-    site setup; when this process itself skipped site (-S, e.g. a worktree run
-    beside an editable install of another checkout), the child skips it too
-    and gets this process's sys.path, the folder of the mybackend imported
-    here first. `env` replaces the environment (default: this process's).
+    With site (the normal case, an editable install's finder included) the
+    child gets the same site setup; when this process itself skipped site
+    (-S, e.g. a worktree run beside an editable install of another checkout),
+    the child skips it too and gets this process's sys.path, the folder of the
+    mybackend imported here first. `env` replaces the environment (default:
+    this process's).
     """
     import mybackend
 

@@ -26,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import mybackend
 from mybackend import _C, Options
 from mybackend.lowering import lower
-from tests.testing import run_with_this_sys_path
+from tests.testing import run_in_fresh_python
 
 pytestmark = pytest.mark.skipif(not _C.cuda_enabled(), reason="a build without CUDA has no NVRTC")
 
@@ -66,7 +66,7 @@ def _compile_in_new_process(
     )
     child_env.update(env or {})
     code = CHILD.replace("sys.argv[1]", repr(json.dumps(options)))
-    result = run_with_this_sys_path(code, env=child_env)
+    result = run_in_fresh_python(code, env=child_env)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["package"] == mybackend.__file__, "the child imported another mybackend"
