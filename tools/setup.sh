@@ -19,7 +19,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 # torchvision releases pair with one torch minor version (2.11 -> 0.26).
 torchvision_pin=$("$PY" -c "import torch; m = int(torch.__version__.split('.')[1]); print(f'0.{m + 15}.*')")
-"$PY" -m pip install -q scikit-build-core "pybind11>=2.12" ninja cmake numpy networkx sympy \
+"$PY" -m pip install -q scikit-build-core "pybind11>=2.12" "nvidia-cudnn-frontend>=1.12" ninja cmake numpy networkx sympy \
   pytest pytest-benchmark expecttest hypothesis nbclient nbformat ipykernel matplotlib tqdm \
   timm transformers "torchvision==$torchvision_pin"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
