@@ -75,6 +75,11 @@ def _add_measurement_args(p: argparse.ArgumentParser) -> None:
         help="measure the first call in a fresh process (default: on; off in --quick)",
     )
     p.add_argument(
+        "--warm-compile-backends",
+        help="comma list: measure the fresh-process first call only for these backends "
+        "(default: every compiled backend of the run)",
+    )
+    p.add_argument(
         "--cache-dir",
         type=Path,
         help="compiler cache folder (default: a fresh temporary one, so first calls compile cold)",
@@ -169,6 +174,9 @@ def _settings(args: argparse.Namespace) -> tuple[str, str, bool, Any]:
     )
     full = Settings(warm_compile=warm, threads=threads)
     settings = quick if args.quick else full
+    if args.warm_compile_backends:
+        names = frozenset(n.strip() for n in args.warm_compile_backends.split(",") if n.strip())
+        settings = dataclasses.replace(settings, warm_compile_backends=names)
     if args.repeats:
         settings = dataclasses.replace(settings, repeats=args.repeats)
     return device, dtype, tiny, settings
@@ -194,6 +202,8 @@ def _passthrough(args: argparse.Namespace, settings: Any, cache_root: Path) -> l
     extra = ["--quick"] if args.quick else []
     extra += ["--cache-dir", str(cache_root), "--repeats", str(settings.repeats)]
     extra.append("--warm-compile" if settings.warm_compile else "--no-warm-compile")
+    if settings.warm_compile_backends is not None:
+        extra += ["--warm-compile-backends", ",".join(sorted(settings.warm_compile_backends))]
     return extra + (["--threads", str(settings.threads)] if settings.threads else [])
 
 

@@ -11,6 +11,10 @@
 #   infer MODEL    inference at batch 1 and 32 (MODEL: resnet50 vit_b16 bert_base gpt2 mlp)
 #   train MODEL    the training step at the model's own batch
 #   smoke          mlp inference batch 1, every backend, no warm-cache subprocess
+#   queue STEP...  several steps at once, one per GPU of the machine, e.g.
+#                  queue "infer resnet50" "train gpt2" tests micro
+#                  (benchmarks/gpu_queue.py; one merged table, everything in
+#                  $OUT/queue/queue.tgz)
 #
 # Seen on one H100 (2026-11-22, mybackend absent): gpt2 inference batch 1 with
 # four backends took 140 s, most of it compiling (in process and in the
@@ -33,7 +37,7 @@ cd "$(dirname "$0")/.."
 step=${1:-smoke}
 shift || true
 case "$step" in
-  tests|micro|infer|train|smoke) ;;
+  tests|micro|infer|train|smoke|queue) ;;
   *) echo "unknown step '$step' (see the head of $0)"; exit 2 ;;
 esac
 model=""
@@ -89,4 +93,5 @@ case "$step" in
   infer) bench --scenarios inference --models "$model" "$@" ;;
   train) bench --scenarios training --models "$model" "$@" ;;
   smoke) bench --scenarios inference --models mlp --batch 1 --no-warm-compile "$@" ;;
+  queue) python3 -m benchmarks.gpu_queue --out "$out" --deadline "$limit" "$@" ;;
 esac

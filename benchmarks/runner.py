@@ -49,6 +49,9 @@ class Settings:
     target_ms: float = 100.0
     check_calls: int = 2  # calls after the first, before the checked one
     warm_compile: bool = True
+    # Backend names whose fresh-process first call is measured; None: all.
+    # Each is one more process compiling the model, the longest part of a row.
+    warm_compile_backends: frozenset[str] | None = None
     warm_timeout_s: float = 900.0
     quick: bool = False
     threads: int | None = None
@@ -155,6 +158,9 @@ def measure_row(
     fill_speedups(results)
     if settings.warm_compile:
         for result, backend in zip(results, backends, strict=True):
+            wanted = settings.warm_compile_backends
+            if wanted is not None and backend.name not in wanted:
+                continue
             if result.status == "ok" and not backend.is_eager and backend.spec:
                 result.warm_first_call_s = warm_first_call(workload, backend, settings)
     return results

@@ -75,6 +75,30 @@ def test_slow_backend_is_slower_than_eager() -> None:
     assert eager.speedup == pytest.approx(1.0)
 
 
+def test_warm_compile_backends_limits_the_fresh_process_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import benchmarks.runner as runner
+
+    measured: list[str] = []
+
+    def fake_warm_first_call(workload: Workload, backend: object, settings: Settings) -> float:
+        measured.append(backend.name)  # type: ignore[attr-defined]
+        return 1.0
+
+    monkeypatch.setattr(runner, "warm_first_call", fake_warm_first_call)
+    backends = [resolve("eager"), resolve("aot-eager"), resolve("dynamo-eager")]
+    settings = Settings(
+        repeats=2, warmup=1, target_ms=2.0, warm_compile=True,
+        warm_compile_backends=frozenset({"aot-eager"}),
+    )  # fmt: skip
+    results = measure_row(Workload("mlp", "inference", 4, tiny=True), backends, settings)
+    assert measured == ["aot-eager"]
+    by_name = {r.backend: r for r in results}
+    assert by_name["aot-eager"].warm_first_call_s == 1.0
+    assert by_name["dynamo-eager"].warm_first_call_s is None
+
+
 # --- accuracy ----------------------------------------------------------------
 
 
