@@ -8,7 +8,8 @@
 # Each setting is one process (the knobs are read once per process) running
 #   python -m benchmarks.micro --backends mybackend --cases ...
 # Pointwise knobs only change the pointwise case and norm knobs only the
-# three row-wise ones, so every setting moves both at once. The table gives
+# three row-wise ones (softmax knobs the softmax case only), so every
+# setting moves several at once. The table gives
 # the percentage of the roofline (and ms) per case; results go to
 # $OUT/tune (./bench_out/tune elsewhere).
 set -uo pipefail
@@ -23,20 +24,22 @@ if [ "${BUILD:-0}" = 1 ]; then
     || { echo "build failed (see $out/build.log)"; tail -20 "$out/build.log"; exit 1; }
 fi
 
-# name | PW_BLOCK PW_VEC_PER_THREAD PW_BLOCKS_PER_SM | NORM_BLOCK NORM_VEC_PER_THREAD NORM_BLOCKS_PER_SM
+# name | PW_BLOCK PW_VEC_PER_THREAD PW_BLOCKS_PER_SM | NORM_BLOCK NORM_VEC_PER_THREAD
+#        NORM_BLOCKS_PER_SM | SOFTMAX_BLOCK SOFTMAX_BLOCKS_PER_SM
 settings=(
-  "default   256 2 0  256 4 0"
-  "s1        128 1 0  256 2 0"
-  "s2        256 4 0  256 16 0"
-  "s3        512 2 0  256 8 0"
-  "s4        256 2 8  128 4 0"
-  "s5        256 1 0  256 4 8"
+  "default   256 2 0  256 4 8  128 0"
+  "s1        128 1 0  256 2 8  256 0"
+  "s2        256 4 0  256 16 8 128 8"
+  "s3        512 2 0  256 8 8  64 0"
+  "s4        256 2 8  128 4 0  256 8"
+  "s5        256 1 0  256 4 0  512 0"
 )
 
 for s in "${settings[@]}"; do
-  read -r name pb pv pg nb nv ng <<<"$s"
+  read -r name pb pv pg nb nv ng sb sg <<<"$s"
   MYBACKEND_PW_BLOCK=$pb MYBACKEND_PW_VEC_PER_THREAD=$pv MYBACKEND_PW_BLOCKS_PER_SM=$pg \
   MYBACKEND_NORM_BLOCK=$nb MYBACKEND_NORM_VEC_PER_THREAD=$nv MYBACKEND_NORM_BLOCKS_PER_SM=$ng \
+  MYBACKEND_SOFTMAX_BLOCK=$sb MYBACKEND_SOFTMAX_BLOCKS_PER_SM=$sg \
     timeout 60 python3 -m benchmarks.micro --backends mybackend --cases "$cases" \
     --repeats 10 --out "$out/$name" >"$out/$name.log" 2>&1 \
     || echo "setting $name failed or timed out (see $out/$name.log)"
@@ -49,9 +52,9 @@ from pathlib import Path
 
 out, settings = Path(sys.argv[1]), sys.argv[2:]
 cases = ["pointwise_chain", "layer_norm", "rms_norm", "softmax"]
-print("setting  | pw blk/vec/bpsm | norm blk/vec/bpsm | " + " | ".join(cases))
+print("setting  | pw blk/vec/bpsm | norm blk/vec/bpsm | softmax blk/bpsm | " + " | ".join(cases))
 for s in settings:
-    name, pb, pv, pg, nb, nv, ng = s.split()
+    name, pb, pv, pg, nb, nv, ng, sb, sg = s.split()
     cells = {}
     path = out / name / "micro.json"
     if path.exists():
@@ -63,5 +66,6 @@ for s in settings:
             else:
                 cells[r["case"]] = r["status"]
     row = [cells.get(c, "-") for c in cases]
-    print(f"{name:8} | {pb:>4}/{pv}/{pg:<8} | {nb:>4}/{nv:>2}/{ng:<9} | " + " | ".join(row))
+    print(f"{name:8} | {pb:>4}/{pv}/{pg:<8} | {nb:>4}/{nv:>2}/{ng:<9} | {sb:>4}/{sg:<11} | "
+          + " | ".join(row))
 PY

@@ -208,6 +208,10 @@ enum class NormKind : std::int8_t {
   RmsNormBackward,     // grad_out, x, rstd, weight? -> grad_in; grad_weight?
 };
 std::string_view norm_kind_name(NormKind kind);
+// Softmax or log-softmax forward: one row in, one row out.
+inline bool is_softmax_forward(NormKind kind) {
+  return kind == NormKind::SoftmaxForward || kind == NormKind::LogSoftmaxForward;
+}
 
 // Row-wise over the last dim of a [rows, cols] view with contiguous rows
 // (rows and cols are kernel arguments; eps too). Statistics (mean, rstd)

@@ -32,7 +32,9 @@ std::string LaunchTuning::to_string() const {
          " pw_blocks_per_sm=" + std::to_string(pw_blocks_per_sm) +
          " norm_block=" + std::to_string(norm_block) +
          " norm_vec_per_thread=" + std::to_string(norm_vec_per_thread) +
-         " norm_blocks_per_sm=" + std::to_string(norm_blocks_per_sm);
+         " norm_blocks_per_sm=" + std::to_string(norm_blocks_per_sm) +
+         " softmax_block=" + std::to_string(softmax_block) +
+         " softmax_blocks_per_sm=" + std::to_string(softmax_blocks_per_sm);
 }
 
 LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
@@ -46,6 +48,10 @@ LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
       knob(env, "MYBACKEND_NORM_VEC_PER_THREAD", t.norm_vec_per_thread, {1, 2, 4, 8, 16});
   t.norm_blocks_per_sm =
       knob(env, "MYBACKEND_NORM_BLOCKS_PER_SM", t.norm_blocks_per_sm, {0, 1, 2, 4, 8, 16, 32});
+  t.softmax_block =
+      knob(env, "MYBACKEND_SOFTMAX_BLOCK", t.softmax_block, {64, 128, 256, 512, 1024});
+  t.softmax_blocks_per_sm = knob(env, "MYBACKEND_SOFTMAX_BLOCKS_PER_SM", t.softmax_blocks_per_sm,
+                                 {0, 1, 2, 4, 8, 16, 32});
   return t;
 }
 

@@ -35,7 +35,8 @@ std::string tensor_problem(const TensorType& t, const Device& device, const std:
 std::string finish(NormGroup& g, const std::vector<NodeId>& nodes, NormMatch* out) {
   g.spec.aligned = true;
   g.spec.index64 = false;
-  g.spec.threads = launch_tuning().norm_block;  // Note [Launch tuning knobs]
+  // Note [Launch tuning knobs]
+  g.spec.threads = launch_tuning().row_block(is_softmax_forward(g.spec.kind));
   g.general = g.spec;
   g.general.aligned = false;
   g.general.index64 = true;

@@ -131,7 +131,8 @@ class NormKernel final : public GroupKernel<NormGroup> {
       const std::int64_t blocks = e == 0 ? (rows + per_block - 1) / per_block : (cols + 31) / 32;
       if (blocks == 0) continue;
       const std::int64_t grid =
-          e == 0 ? capped_grid(blocks, l.sm_count, launch_tuning().norm_blocks_per_sm)
+          e == 0 ? capped_grid(blocks, l.sm_count,
+                               launch_tuning().row_blocks_per_sm(is_softmax_forward(g.spec.kind)))
                  : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
       launch_on_stream(l, l.functions[v][e], grid, entry, args, device->index());
     }

@@ -340,6 +340,7 @@ const char* fake_env(const char* name) {
   if (n == "MYBACKEND_PW_VEC_PER_THREAD") return "3";  // not allowed: default
   if (n == "MYBACKEND_NORM_VEC_PER_THREAD") return "16";
   if (n == "MYBACKEND_NORM_BLOCKS_PER_SM") return "8x";  // not a number: default
+  if (n == "MYBACKEND_SOFTMAX_BLOCK") return "256";
   return nullptr;
 }
 
@@ -351,7 +352,13 @@ TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
   EXPECT_EQ(t.norm_vec_per_thread, 16);
   EXPECT_EQ(t.norm_blocks_per_sm, defaults.norm_blocks_per_sm);
   EXPECT_EQ(t.norm_block, defaults.norm_block);
+  EXPECT_EQ(t.softmax_block, 256);
+  EXPECT_EQ(t.softmax_blocks_per_sm, defaults.softmax_blocks_per_sm);
+  EXPECT_EQ(t.row_block(true), 256);
+  EXPECT_EQ(t.row_block(false), defaults.norm_block);
+  EXPECT_EQ(t.row_blocks_per_sm(false), defaults.norm_blocks_per_sm);
   EXPECT_NE(t.to_string().find("pw_block=512"), std::string::npos);
+  EXPECT_NE(t.to_string().find("softmax_block=256"), std::string::npos);
 }
 
 // Every knob value emits kernels that compile, keep 16-byte accesses and
