@@ -60,6 +60,13 @@ class Options:
         "engine I). False runs those nodes as ATen calls.",
         True,
     )
+    channels_last: bool = _field(
+        True,
+        "Run the 4-D convolutions of inference graphs in channels-last layout, decided once "
+        "per graph: inputs and weights converted before their first convolution, outputs "
+        "returned in eager's strides (Note [Channels-last planning]).",
+        True,
+    )
     min_fused_nodes: int = _field(
         2,
         "Smallest elementwise group that becomes a generated kernel; smaller groups run "

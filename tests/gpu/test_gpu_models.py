@@ -53,3 +53,23 @@ def test_cuda_extension_was_built_with_cuda() -> None:
     import mybackend
 
     assert mybackend.cuda_enabled()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_channels_last_planned_cnn_inference(dtype: torch.dtype, mode: str) -> None:
+    """Note [Channels-last planning] on the GPU: generated kernels and cuDNN see
+    channels-last strides; callers still get eager's strides."""
+    from tests.unit.test_lowering_layout import ConvBlock
+
+    model = ConvBlock().cuda().to(dtype).eval()
+    x = torch.randn(4, 3, 20, 18, device="cuda", dtype=dtype)
+    compiled = torch.compile(model, backend="mybackend", mode=mode, options={"strict": True})
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        want = model(x)
+        for _ in range(3):  # capture, then replays
+            got = compiled(x)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, **tol)
+        assert g.stride() == w.stride()

@@ -1,0 +1,194 @@
+"""Channels-last planning: one layout decision per graph, before lowering.
+
+Note [Channels-last planning]
+cuDNN's fastest convolution kernels on tensor-core GPUs read and write NHWC.
+Eager (and a graph traced from an NCHW model) hands them NCHW tensors, which
+cuDNN transposes inside every call. This pass decides the layout once per
+graph instead: each 4-D, non-transposed ``aten.convolution`` reads its input
+and weight in channels-last, converted by one ``aten.clone`` per source value
+(a value feeding several convolutions is converted once, and a value already
+channels-last is left alone). Convolution outputs are then channels-last, and
+every op after them follows: elementwise ops, batch norm and pooling keep
+the layout of their input, so the convolution chains of a CNN run with no
+further conversion. FakeTensor propagation recomputes every node's strides,
+so the IR, the fusion planner and the generated kernels see the new layout.
+
+Two places need the old layout back, and get one contiguous ``aten.clone``:
+a ``view`` that is not expressible on channels-last strides (a flatten of
+the spatial dims, as in a ViT patch embedding) and a graph output whose
+strides changed (callers see eager's strides). If propagation fails for any
+other reason, the graph keeps its original layout.
+
+Only inference graphs are planned: a forward graph's saved tensors carry the
+strides the backward graph was traced with, and changing them on one side
+alone would break the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._guards import detect_fake_mode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+aten = torch.ops.aten
+_CHANNELS_LAST = torch.channels_last
+_MAX_ROUNDS = 64
+
+
+def _is_channels_last(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_contiguous(memory_format=_CHANNELS_LAST)
+
+
+def _planned_convolutions(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    convs = []
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is not aten.convolution.default:
+            continue
+        x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        transposed = node.args[6]
+        if isinstance(x, torch.Tensor) and x.dim() == 4 and not transposed:
+            convs.append(node)
+    return convs
+
+
+def _insert_clone(
+    graph: torch.fx.Graph, source: torch.fx.Node, before: torch.fx.Node, layout: torch.memory_format
+) -> torch.fx.Node:
+    with graph.inserting_before(before):
+        clone = graph.call_function(aten.clone.default, (source,), {"memory_format": layout})
+    clone.meta = dict(source.meta)
+    return clone
+
+
+def _convert_convolution_operands(
+    graph: torch.fx.Graph, convs: list[torch.fx.Node], placeholders_only: bool
+) -> int:
+    """Points conv inputs and weights that are not channels-last (by their
+    current meta) at a channels-last copy; returns the copies made."""
+    converted: dict[torch.fx.Node, torch.fx.Node] = {}
+    first_op = next(n for n in graph.nodes if n.op != "placeholder")
+    for conv in convs:
+        for index in (0, 1):
+            source = conv.args[index]
+            assert isinstance(source, torch.fx.Node)
+            if placeholders_only and source.op != "placeholder":
+                continue
+            if _is_channels_last(source.meta.get("val")):
+                continue
+            if source not in converted:
+                # Right after the source, so every later conv can share it.
+                anchor = first_op if source.op == "placeholder" else source.next
+                converted[source] = _insert_clone(graph, source, anchor, _CHANNELS_LAST)
+            conv.replace_input_with(source, converted[source])
+    return len(converted)
+
+
+def _propagate(gm: torch.fx.GraphModule, fake_inputs: Sequence[Any]) -> torch.fx.Node | None:
+    """Recomputes meta["val"]; returns the view node that failed, else None."""
+    mode = detect_fake_mode(fake_inputs)
+    prop = FakeTensorProp(gm, mode=mode)
+    failed: list[torch.fx.Node] = []
+    original_run_node = prop.run_node
+
+    def run_node(node: torch.fx.Node) -> Any:
+        try:
+            return original_run_node(node)
+        except Exception:
+            failed.append(node)
+            raise
+
+    prop.run_node = run_node  # type: ignore[method-assign,assignment]
+    try:
+        prop.propagate_dont_convert_inputs(*fake_inputs)
+    except Exception:
+        node = failed[-1] if failed else None
+        if node is not None and node.target in (aten.view.default, aten._unsafe_view.default):
+            return node
+        raise
+    return None
+
+
+def _contiguous_clone_of(value: torch.fx.Node) -> torch.fx.Node | None:
+    for user in value.users:
+        if user.target is aten.clone.default and user.kwargs.get("memory_format") is (
+            torch.contiguous_format
+        ):
+            return user
+    return None
+
+
+def _restore_output_strides(gm: torch.fx.GraphModule, original: list[Any]) -> int:
+    """Returns graph outputs in their original strides; returns the copies made."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    values = output.args[0]
+    if not isinstance(values, list | tuple):
+        return 0
+    new_values = list(values)
+    copies = 0
+    for i, (value, old) in enumerate(zip(values, original, strict=True)):
+        if not isinstance(value, torch.fx.Node) or not isinstance(old, torch.Tensor):
+            continue
+        new = value.meta.get("val")
+        if not isinstance(new, torch.Tensor) or new.stride() == old.stride():
+            continue
+        if not old.is_contiguous():
+            raise RuntimeError(f"output {i} had non-contiguous strides {old.stride()}")
+        clone = _contiguous_clone_of(value)
+        if clone is None:
+            clone = _insert_clone(gm.graph, value, output, torch.contiguous_format)
+            clone.meta["val"] = old
+            copies += 1
+        new_values[i] = clone
+    output.args = (type(values)(new_values),)
+    return copies
+
+
+def plan_channels_last(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> tuple[torch.fx.GraphModule, int]:
+    """A copy of ``gm`` with convolutions in channels-last, and the number of
+    conversions it inserted; ``gm`` itself (and 0) when there is nothing to
+    plan or planning fails (Note [Channels-last planning])."""
+    convs = _planned_convolutions(gm.graph)
+    if not convs or detect_fake_mode(example_inputs) is None:
+        return gm, 0
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    outputs = output.args[0] if isinstance(output.args[0], list | tuple) else [output.args[0]]
+    original = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
+
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))  # meta copied shallowly: FakeTensors shared
+    planned = torch.fx.GraphModule(gm, graph)
+    # Round 1 converts graph inputs (activations and weights); everything
+    # computed from them takes its layout from propagation. Later rounds
+    # convert what propagation left in NCHW (after a layout-changing op), and
+    # put a contiguous copy before views that need one.
+    try:
+        copies = _convert_convolution_operands(graph, _planned_convolutions(graph), True)
+        for _ in range(_MAX_ROUNDS):
+            planned.recompile()
+            view = _propagate(planned, example_inputs)
+            if view is not None:
+                source = view.args[0]
+                assert isinstance(source, torch.fx.Node)
+                clone = _insert_clone(graph, source, view, torch.contiguous_format)
+                view.replace_input_with(source, clone)
+                copies += 1
+                continue
+            more = _convert_convolution_operands(graph, _planned_convolutions(graph), False)
+            if more == 0:
+                break
+            copies += more
+        else:
+            return gm, 0
+        if copies == 0:
+            return gm, 0
+        copies += _restore_output_strides(planned, original)
+        planned.recompile()
+    except Exception:  # a layout plan is an optimisation: never a compile failure
+        return gm, 0
+    return planned, copies
