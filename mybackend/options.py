@@ -92,8 +92,9 @@ class Options:
     )
     autotune: bool = _field(
         False,
-        "Pick library algorithms by timing instead of by heuristic (mode "
-        "'max-autotune' turns it on).",
+        "Pick library algorithms by timing instead of by heuristic: each cuBLASLt product "
+        "times the heuristic's top candidates once per shape, on its first run outside a "
+        "CUDA-graph capture, and keeps the fastest (mode 'max-autotune' turns it on).",
         True,
     )
     dump_dir: str | None = _field(
@@ -159,6 +160,7 @@ class Options:
             "min_fused_nodes": self.min_fused_nodes,
             "kernel_cache_dir": self.kernel_cache_location(),
             "cublaslt": self.cublaslt,
+            "autotune": self.autotune,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
             "disabled_op_classes": list(self.disabled_op_classes),

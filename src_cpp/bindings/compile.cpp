@@ -25,17 +25,10 @@ CapabilityOptions capability_options_from(const py::dict& options) {
 namespace {
 
 CompileOptions compile_options_from(const py::dict& options) {
-  static const char* const kKeys[] = {"disabled_ops",
-                                      "disabled_op_classes",
-                                      "min_partition_size",
-                                      "allow_single_node_partition",
-                                      "cuda_graphs",
-                                      "static_inputs",
-                                      "max_cuda_graphs",
-                                      "generated_kernels",
-                                      "min_fused_nodes",
-                                      "kernel_cache_dir",
-                                      "cublaslt"};
+  static const char* const kKeys[] = {
+      "disabled_ops",    "disabled_op_classes", "min_partition_size", "allow_single_node_partition",
+      "cuda_graphs",     "static_inputs",       "max_cuda_graphs",    "generated_kernels",
+      "min_fused_nodes", "kernel_cache_dir",    "cublaslt",           "autotune"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -70,6 +63,7 @@ CompileOptions compile_options_from(const py::dict& options) {
     out.kernel_cache.directory = dir;
   }
   if (options.contains("cublaslt")) out.fusion.matmul = options["cublaslt"].cast<bool>();
+  if (options.contains("autotune")) out.fusion.autotune = options["autotune"].cast<bool>();
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }

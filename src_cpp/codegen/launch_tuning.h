@@ -27,14 +27,12 @@ struct LaunchTuning {
   int norm_blocks_per_sm = 8;   // MYBACKEND_NORM_BLOCKS_PER_SM: grid cap (0: uncapped)
   // Softmax and log-softmax forward kernels (one input, one output per row)
   // favour smaller, uncapped blocks than the norms (docs/performance.md sweep).
-  int softmax_block = 128;         // MYBACKEND_SOFTMAX_BLOCK
-  int softmax_blocks_per_sm = 0;   // MYBACKEND_SOFTMAX_BLOCKS_PER_SM
+  int softmax_block = 128;        // MYBACKEND_SOFTMAX_BLOCK
+  int softmax_blocks_per_sm = 0;  // MYBACKEND_SOFTMAX_BLOCKS_PER_SM
 
   // Threads per block and grid cap of a row-wise kernel of `softmax_forward`
   // kind (softmax/log-softmax forward) or any other norm kind.
-  int row_block(bool softmax_forward) const {
-    return softmax_forward ? softmax_block : norm_block;
-  }
+  int row_block(bool softmax_forward) const { return softmax_forward ? softmax_block : norm_block; }
   int row_blocks_per_sm(bool softmax_forward) const {
     return softmax_forward ? softmax_blocks_per_sm : norm_blocks_per_sm;
   }

@@ -69,7 +69,7 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     const bool engines = cuda && (options.matmul || options.generated_kernels);
     if (engines && !index) {
       index = std::make_unique<GraphIndex>(graph);
-      matmul = std::make_unique<MatmulPlanner>(*index);
+      matmul = std::make_unique<MatmulPlanner>(*index, options.autotune);
       pointwise = std::make_unique<PointwisePlanner>(*index, options);
     }
     // Claiming planners in order (Note [Claimed groups]): products first,

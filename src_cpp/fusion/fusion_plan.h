@@ -119,6 +119,8 @@ struct FusionOptions {
   // Matrix products of CUDA partitions as cuBLASLt calls with fused
   // epilogues (option cublaslt).
   bool matmul = true;
+  // Library algorithms chosen by timing, not by heuristic (option autotune).
+  bool autotune = false;
 };
 
 FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,

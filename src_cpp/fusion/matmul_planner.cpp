@@ -136,7 +136,8 @@ struct MatmulPlanner::Context {
   }
 };
 
-MatmulPlanner::MatmulPlanner(const GraphIndex& index) : index_(index), graph_(index.graph) {}
+MatmulPlanner::MatmulPlanner(const GraphIndex& index, bool autotune)
+    : index_(index), graph_(index.graph), autotune_(autotune) {}
 
 // Follows transposes of the last two dims back from `value`; a transpose
 // joins the group when only the group reads it.
@@ -289,6 +290,7 @@ void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
     ctx.notes.clear();
     auto spec = std::make_shared<MatmulSpec>();
     spec->product = n;
+    spec->autotune = autotune_;
     spec->op = node.op;
     spec->batched = is_batched(node.op);
     spec->output = node.outputs[0];

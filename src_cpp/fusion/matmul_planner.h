@@ -42,7 +42,8 @@ std::string matmul_candidate_problem(const Graph& graph, const Node& node);
 
 class MatmulPlanner {
  public:
-  explicit MatmulPlanner(const GraphIndex& index);
+  // `autotune`: the specs ask for timed algorithm choice (MatmulSpec::autotune).
+  explicit MatmulPlanner(const GraphIndex& index, bool autotune = false);
   // Claims the matmul groups of one partition (Note [Claimed groups]), each
   // with its nodes (ascending), spec and why; products that cannot be
   // planned are refused with the reason (for the aten_sequence group's why).
@@ -56,6 +57,7 @@ class MatmulPlanner {
 
   const GraphIndex& index_;
   const Graph& graph_;
+  bool autotune_ = false;
 };
 
 }  // namespace mybackend

@@ -74,7 +74,9 @@ std::string MatmulSpec::to_string() const {
          std::string(cublaslt_epilogue_name(epilogue)) + ")";
   if (bias >= 0) out += " bias=%" + std::to_string(bias);
   if (bias_grad >= 0) out += " bias_grad=%" + std::to_string(bias_grad);
-  out += "\noutput=%" + std::to_string(output) + "\n";
+  out += "\noutput=%" + std::to_string(output);
+  if (autotune) out += " algorithm=timed";
+  out += "\n";
   return out;
 }
 

@@ -62,6 +62,9 @@ struct MatmulSpec {
   // [B,] M x N (Note [Views after the product] in matmul_planner.h).
   ValueId output = -1;
   ValueId bias_grad = -1;  // bias-gradient epilogues: the sum's output value
+  // Choose the algorithm by timing the heuristic's top candidates (option
+  // autotune, Note [Timed algorithm choice] in libs/cublaslt_gemm.h).
+  bool autotune = false;
 
   // Every value the group reads, in a fixed order (mat1, mat2, c, bias).
   std::vector<ValueId> inputs() const;

@@ -54,6 +54,7 @@ struct AlgoChoice {
 
 struct AlgoCacheStats {
   std::uint64_t hits = 0, misses = 0, entries = 0;
+  std::uint64_t timed = 0;  // signatures whose choice was timed (Note [Timed algorithm choice])
 };
 
 class AlgoCache {
@@ -62,11 +63,13 @@ class AlgoCache {
   std::optional<std::optional<AlgoChoice>> find(const std::string& key) const;
   void insert(const std::string& key, std::optional<AlgoChoice> choice);
   AlgoCacheStats stats() const;
+  void count_timed() { timed_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   mutable std::shared_mutex mutex_;
   std::unordered_map<std::string, std::optional<AlgoChoice>> entries_;
   mutable std::atomic<std::uint64_t> hits_{0}, misses_{0};
+  std::atomic<std::uint64_t> timed_{0};
 };
 
 // The process's cache.

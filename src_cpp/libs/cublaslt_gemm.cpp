@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -47,30 +48,104 @@ std::unique_ptr<MatrixLayout> layout_of(const Operand& m, std::int32_t batch) {
   return layout;
 }
 
-// The heuristic's best algorithm for `signature`, through the cache.
-std::optional<AlgoChoice> choose_algorithm(const Signature& signature, cublasLtHandle_t handle,
-                                           const MatmulDesc& desc, const MatrixLayout& a,
-                                           const MatrixLayout& b, const MatrixLayout& c,
-                                           const MatrixLayout& d) {
-  const std::string key = signature.key();
-  if (auto cached = algo_cache().find(key)) return *cached;
+// Candidates a timed choice compares, and launches timed per candidate.
+constexpr int kTimedCandidates = 8;
+constexpr int kTimedLaunches = 5;
+
+// One product's descriptors and buffers: what a launch needs besides the algorithm.
+struct Launch {
+  cublasLtHandle_t handle;
+  const MatmulDesc& desc;
+  const MatrixLayout &a, &b, &c, &d;
+  const void *a_data, *b_data, *c_data;
+  void* d_data;
+  float alpha, beta;
+  cudaStream_t stream;
+
+  cublasStatus_t run(const AlgoChoice& choice, void* workspace) const {
+    return cublasLtMatmul(handle, desc.get(), &alpha, a_data, a.get(), b_data, b.get(), &beta,
+                          c_data, c.get(), d_data, d.get(), &choice.algo, workspace,
+                          choice.workspace_bytes, stream);
+  }
+};
+
+// Up to `count` of the heuristic's algorithms for `signature`, best first.
+std::vector<AlgoChoice> heuristic_candidates(const Signature& signature, const Launch& l,
+                                             int count) {
   MatmulPreference preference;
   preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kMaxWorkspaceBytes});
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, signature.a.alignment);
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, signature.b.alignment);
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, signature.c.alignment);
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, signature.d.alignment);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, desc.get(), a.get(), b.get(), c.get(), d.get(), preference.get(), 1, &result, &found);
-  std::optional<AlgoChoice> choice;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(l.handle, l.desc.get(), l.a.get(), l.b.get(), l.c.get(),
+                                     l.d.get(), preference.get(), count, results.data(), &found);
   // NOT_SUPPORTED is the heuristic's way of saying "no algorithm".
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) MB_CUBLASLT_CHECK(status);
-  if (status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS)
-    choice = AlgoChoice{result.algo, result.workspaceSize};
+  std::vector<AlgoChoice> out;
+  if (status != CUBLAS_STATUS_SUCCESS) return out;
+  for (int i = 0; i < found; ++i) {
+    const auto& r = results[static_cast<std::size_t>(i)];
+    if (r.state == CUBLAS_STATUS_SUCCESS) out.push_back(AlgoChoice{r.algo, r.workspaceSize});
+  }
+  return out;
+}
+
+// The heuristic's best algorithm for `signature`, through the cache.
+std::optional<AlgoChoice> choose_algorithm(const Signature& signature, const Launch& l) {
+  const std::string key = signature.key();
+  if (auto cached = algo_cache().find(key)) return *cached;
+  std::vector<AlgoChoice> candidates = heuristic_candidates(signature, l, 1);
+  std::optional<AlgoChoice> choice;
+  if (!candidates.empty()) choice = candidates.front();
   algo_cache().insert(key, choice);
   return choice;
+}
+
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t error = cudaStreamIsCapturing(stream, &status);
+  // An error here means "cannot tell": behave as under capture (no timing).
+  return error != cudaSuccess || status != cudaStreamCaptureStatusNone;
+}
+
+// The fastest of the heuristic's top candidates (Note [Timed algorithm choice]).
+std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, const Launch& l) {
+  const std::string key = "timed:" + signature.key();
+  if (auto cached = algo_cache().find(key)) return *cached;
+  const std::vector<AlgoChoice> candidates = heuristic_candidates(signature, l, kTimedCandidates);
+  std::optional<AlgoChoice> best;
+  if (candidates.size() == 1) best = candidates.front();
+  if (candidates.size() > 1) {
+    std::size_t workspace_bytes = 0;
+    for (const AlgoChoice& c : candidates)
+      workspace_bytes = std::max(workspace_bytes, c.workspace_bytes);
+    c10::DataPtr workspace;
+    if (workspace_bytes > 0)
+      workspace = c10::cuda::CUDACachingAllocator::get()->allocate(workspace_bytes);
+    float best_ms = 0.0f;
+    for (const AlgoChoice& candidate : candidates) {
+      if (l.run(candidate, workspace.get()) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+      at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+      start.record(at::cuda::getCurrentCUDAStream());
+      bool launched = true;
+      for (int i = 0; i < kTimedLaunches && launched; ++i)
+        launched = l.run(candidate, workspace.get()) == CUBLAS_STATUS_SUCCESS;
+      end.record(at::cuda::getCurrentCUDAStream());
+      end.synchronize();
+      const float ms = start.elapsed_time(end);
+      if (launched && (!best || ms < best_ms)) {
+        best = candidate;
+        best_ms = ms;
+      }
+    }
+    algo_cache().count_timed();
+  }
+  algo_cache().insert(key, best);
+  return best;
 }
 
 std::string shape_problem(const at::Tensor& mat1, const at::Tensor& mat2) {
@@ -218,9 +293,26 @@ GemmResult gemm(const GemmArgs& args) {
   const auto b_layout = layout_of(sig.b, sig.batch);
   const auto c_layout = layout_of(sig.c, sig.batch);
   const auto d_layout = layout_of(sig.d, sig.batch);
-  const cublasLtHandle_t handle = handle_for_device(device);
+  const float alpha = static_cast<float>(args.alpha);
+  const float beta = use_c ? static_cast<float>(args.beta) : 0.0f;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
+  const Launch launch{handle_for_device(device),
+                      desc,
+                      *a_layout,
+                      *b_layout,
+                      *c_layout,
+                      *d_layout,
+                      mat2.data_ptr(),
+                      mat1.data_ptr(),
+                      c_data,
+                      result.out.data_ptr(),
+                      alpha,
+                      beta,
+                      stream};
+  const bool timed = args.autotune && !stream_is_capturing(stream);
   const std::optional<AlgoChoice> choice =
-      choose_algorithm(sig, handle, desc, *a_layout, *b_layout, *c_layout, *d_layout);
+      timed ? choose_timed_algorithm(sig, launch) : choose_algorithm(sig, launch);
+  if (timed && use_c && sig.c_is_d) result.out.copy_(args.c.expand(out_shape));  // timing wrote D
   if (!choice) {
     result = GemmResult{};
     result.problem = "cuBLASLt's heuristic has no algorithm for this problem (epilogue " +
@@ -230,13 +322,7 @@ GemmResult gemm(const GemmArgs& args) {
   c10::DataPtr workspace;
   if (choice->workspace_bytes > 0)
     workspace = c10::cuda::CUDACachingAllocator::get()->allocate(choice->workspace_bytes);
-  const float alpha = static_cast<float>(args.alpha);
-  const float beta = use_c ? static_cast<float>(args.beta) : 0.0f;
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
-  MB_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.get(), &alpha, mat2.data_ptr(), a_layout->get(),
-                                   mat1.data_ptr(), b_layout->get(), &beta, c_data, c_layout->get(),
-                                   result.out.data_ptr(), d_layout->get(), &choice->algo,
-                                   workspace.get(), choice->workspace_bytes, stream));
+  MB_CUBLASLT_CHECK(launch.run(*choice, workspace.get()));
   return result;
 }
 

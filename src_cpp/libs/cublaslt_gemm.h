@@ -12,6 +12,18 @@
 // (both strides > 1, zero-stride broadcasts) is not expressible: the caller
 // runs ATen. So transposed views and column slices cost no copy.
 //
+// Note [Timed algorithm choice]
+// With autotune (option autotune, mode max-autotune) the first run of a
+// signature asks the heuristic for its top kTimedCandidates algorithms,
+// runs each a few times on the real operands between two CUDA events, and
+// keeps the fastest in the algorithm cache under its own key (a timed
+// choice never answers a heuristic lookup). Timing writes only buffers the
+// real run overwrites (D, the bias gradient); when C was copied into D it
+// is copied again afterwards. It synchronises the host once per signature,
+// so it never runs while the stream is being captured into a CUDA graph:
+// such a run takes the heuristic's answer and times later. A candidate that
+// fails to launch is skipped.
+//
 // Precision: f16 and bf16 operands compute in f32 (CUBLAS_COMPUTE_32F);
 // f32 uses CUBLAS_COMPUTE_32F_FAST_TF32 when torch allows TF32 for cuBLAS
 // (torch.backends.cuda.matmul.allow_tf32 / set_float32_matmul_precision),
@@ -36,7 +48,8 @@ struct GemmArgs {
   double alpha = 1.0;
   double beta = 0.0;
   MatmulEpilogue epilogue = MatmulEpilogue::None;
-  at::Tensor bias;  // epilogues with a bias: 1-D, N elements, stride 1
+  at::Tensor bias;        // epilogues with a bias: 1-D, N elements, stride 1
+  bool autotune = false;  // Note [Timed algorithm choice]
 };
 
 struct GemmResult {

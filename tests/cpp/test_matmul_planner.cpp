@@ -76,6 +76,19 @@ TEST(MatmulPlanner, LinearWithTanhGeluIsOneCall) {
   EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty());
 }
 
+TEST(MatmulPlanner, AutotuneAsksForTimedAlgorithms) {
+  for (bool autotune : {false, true}) {
+    Linear l;
+    l.b.set_outputs({v(l.product)});
+    FusionOptions options = matmul_only();
+    options.autotune = autotune;
+    Planned p = plan(l.b, options);
+    EXPECT_EQ(only_matmul(p).autotune, autotune);
+    const std::string& text = p.groups(KernelKind::Matmul)[0]->spec;
+    EXPECT_EQ(text.find("algorithm=timed") != std::string::npos, autotune) << text;
+  }
+}
+
 TEST(MatmulPlanner, ErfGeluIsNotTheGeluEpilogue) {
   Linear l;
   const ValueId g = gelu(l.b, l.product, tensor(BF16, {4, 16}), "none");

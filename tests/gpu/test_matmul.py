@@ -293,3 +293,30 @@ def test_bare_cublaslt_binding_matches_linear_gelu() -> None:
     torch.testing.assert_close(
         got, F.gelu(F.linear(x, w, b), approximate="tanh"), rtol=2e-2, atol=2e-2
     )
+
+
+@pytest.mark.parametrize("mode", ["max-autotune-no-cudagraphs", "max-autotune"])
+def test_max_autotune_times_the_candidates(mode: str) -> None:
+    """Note [Timed algorithm choice]: timing happens outside capture, once per
+    signature, and addmm's C (copied into D) is not accumulated twice."""
+    rows = M + (8 if mode == "max-autotune" else 0)  # signatures of its own per mode
+    model = nn.Sequential(nn.Linear(K, N), nn.GELU(approximate="tanh")).cuda().to(torch.bfloat16)
+    c = _randn(rows, N, dtype=torch.bfloat16)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return model(x) + torch.addmm(c, x, model[0].weight.t(), beta=0.5)
+
+    compiled = torch.compile(fn, backend="mybackend", mode=mode)
+    before = _C.cublaslt_cache_stats()
+    records: list[Any] = []
+    with torch.no_grad():
+        for _ in range(3):  # warm-up (timed), then capture and replay with max-autotune
+            x = _randn(rows, K, dtype=torch.bfloat16)
+            got, new = compiled_records(lambda x=x: compiled(x))
+            records += new
+            torch.testing.assert_close(got, fn(x), rtol=2e-2, atol=2e-2)
+    after = _C.cublaslt_cache_stats()
+    specs = [k["spec"] for r in records for k in r.core_report["kernels"] if k["kind"] == "matmul"]
+    assert len(specs) == 2 and all("algorithm=timed" in s for s in specs), specs
+    # Each product timed once (if cuBLASLt offered more than one candidate), never again.
+    assert 1 <= after["timed"] - before["timed"] <= 2, (before, after)

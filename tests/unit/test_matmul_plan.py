@@ -237,7 +237,7 @@ def test_cublaslt_option_reaches_the_core() -> None:
 
     assert Options().core_options()["cublaslt"] is True
     assert Options.from_user(None, {"cublaslt": False}).core_options()["cublaslt"] is False
-    assert set(_C.cublaslt_cache_stats()) == {"hits", "misses", "entries"}
+    assert set(_C.cublaslt_cache_stats()) == {"hits", "misses", "entries", "timed"}
 
 
 def test_explain_dump_shows_the_matmul_spec() -> None:

@@ -14,6 +14,8 @@ def test_defaults_and_modes() -> None:
     assert Options.from_user("reduce-overhead").cuda_graphs is True
     tuned = Options.from_user("max-autotune")
     assert tuned.cuda_graphs and tuned.autotune
+    assert tuned.core_options([])["autotune"] is True  # reaches the matmul planner
+    assert Options().core_options([])["autotune"] is False
     for mode in MODES:
         Options.from_user(mode)
 
