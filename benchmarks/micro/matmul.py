@@ -5,6 +5,9 @@
 * eager: ``F.gelu(F.linear(x, w, b), approximate="tanh")`` (two kernels);
 * mybackend: the same function through ``torch.compile(backend="mybackend")``
   (one cuBLASLt call with the GELU_BIAS epilogue when the engine works);
+* mybackend-max-autotune: the same with mode ``max-autotune-no-cudagraphs``
+  (the algorithm picked by timing; Note [Timed algorithm choice]);
+* inductor-max-autotune: Inductor's own best (Triton templates and cuBLAS);
 * cublaslt: the bare call through the engine's own wrapper
   (``_C._cublaslt_linear``), the floor of what the engine can reach.
 
@@ -51,9 +54,13 @@ def _variants() -> dict[str, Callable[..., torch.Tensor]]:
     from mybackend import _C
 
     compiled = torch.compile(linear_gelu_tanh, backend="mybackend", options={"strict": True})
+    tuned = torch.compile(linear_gelu_tanh, backend="mybackend", mode="max-autotune-no-cudagraphs")
+    inductor = torch.compile(linear_gelu_tanh, mode="max-autotune-no-cudagraphs")
     return {
         "eager": linear_gelu_tanh,
         "mybackend": compiled,
+        "mybackend-max-autotune": tuned,
+        "inductor-max-autotune": inductor,
         "cublaslt": lambda x, w, b: _C._cublaslt_linear(x, w, b, "gelu_tanh_bias"),
     }
 
