@@ -11,6 +11,7 @@
 #   infer MODEL    inference at batch 1 and 32 (MODEL: resnet50 vit_b16 bert_base gpt2 mlp)
 #   train MODEL    the training step at the model's own batch
 #   smoke          mlp inference batch 1, every backend, no warm-cache subprocess
+#   profile MODEL  GPU time per kernel of one step, per backend (benchmarks/profile.py)
 #   queue STEP...  several steps at once, one per GPU of the machine, e.g.
 #                  queue "infer resnet50" "train gpt2" tests micro
 #                  (benchmarks/gpu_queue.py; one merged table, everything in
@@ -37,11 +38,11 @@ cd "$(dirname "$0")/.."
 step=${1:-smoke}
 shift || true
 case "$step" in
-  tests|micro|infer|train|smoke|queue) ;;
+  tests|micro|infer|train|smoke|queue|profile) ;;
   *) echo "unknown step '$step' (see the head of $0)"; exit 2 ;;
 esac
 model=""
-if [ "$step" = infer ] || [ "$step" = train ]; then
+if [ "$step" = infer ] || [ "$step" = train ] || [ "$step" = profile ]; then
   model=${1:?"usage: $0 $step MODEL [options]"}
   shift
 fi
@@ -93,5 +94,7 @@ case "$step" in
   infer) bench --scenarios inference --models "$model" "$@" ;;
   train) bench --scenarios training --models "$model" "$@" ;;
   smoke) bench --scenarios inference --models mlp --batch 1 --no-warm-compile "$@" ;;
+  profile)
+    timeout --signal=INT "$limit" python3 -m benchmarks.profile --models "$model" --out "$out" "$@" ;;
   queue) python3 -m benchmarks.gpu_queue --out "$out" --deadline "$limit" "$@" ;;
 esac

@@ -1,0 +1,88 @@
+"""Where a model's GPU time goes, per backend: the kernels of one step.
+
+    python -m benchmarks.profile --models bert_base --batch 1 \\
+        --backends inductor-reduce-overhead,mybackend-reduce-overhead
+
+Builds the same workload the benchmark rows use (benchmarks/scenarios.py),
+warms each backend up, then records ``--steps`` steps with torch.profiler and
+prints, per backend, the GPU time per step, the kernels launched per step,
+and the kernels that take the most time. The question it answers is the one
+a slower row raises: which kernels does one backend run that the other does
+not, or runs slower. Writes ``profile.md`` to ``--out`` as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.backends import resolve
+from benchmarks.common import reset_dynamo
+from benchmarks.report import markdown_table
+from benchmarks.scenarios import Task, Workload
+
+
+def kernel_table(backend: str, task: Task, steps: int, top: int) -> str:
+    runner = task.runner(resolve(backend))
+    runner.first()
+    for _ in range(5):
+        runner.step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            runner.step()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.defaultdict(int)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] += event.device_time / steps
+            counts[event.name] += 1
+    total_us = sum(totals.values())
+    launches = sum(counts.values()) / steps
+    rows = [
+        [name[:90], f"{us:.1f}", f"{counts[name] / steps:.0f}", f"{100 * us / total_us:.0f}%"]
+        for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    ]
+    head = (
+        f"### {backend}: {total_us / 1e3:.3f} ms of GPU time per step, {launches:.0f} kernels\n\n"
+    )
+    return head + markdown_table(("kernel", "us/step", "calls/step", "share"), rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", required=True)
+    p.add_argument("--backends", default="inductor-reduce-overhead,mybackend-reduce-overhead")
+    p.add_argument("--scenario", default="inference")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--out", type=Path, default=Path("bench_out/profile"))
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.profile needs a CUDA GPU", file=sys.stderr)
+        return 2
+    sections = []
+    for model in args.models.split(","):
+        task = Task(Workload(model, args.scenario, args.batch, "cuda", "bfloat16", tiny=False))
+        for backend in args.backends.split(","):
+            reset_dynamo()
+            try:
+                table = kernel_table(backend, task, args.steps, args.top)
+            except Exception as exc:  # one failing backend must not end the run
+                table = f"### {backend}: failed ({type(exc).__name__}: {exc})"[:300]
+            sections.append(f"## {model} {args.scenario} batch {args.batch}\n\n{table}\n")
+            print(sections[-1], flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "profile.md").write_text("\n".join(sections))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
