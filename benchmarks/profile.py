@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.backends import resolve
@@ -40,7 +41,7 @@ def kernel_table(backend: str, task: Task, steps: int, top: int) -> str:
     totals: dict[str, float] = collections.defaultdict(float)
     counts: dict[str, int] = collections.defaultdict(int)
     for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
+        if event.device_type == DeviceType.CUDA:
             totals[event.name] += event.device_time / steps
             counts[event.name] += 1
     total_us = sum(totals.values())
