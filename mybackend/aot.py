@@ -28,6 +28,7 @@ from mybackend.debug.repro import write_reproducer
 from mybackend.debug.tracing import emit_graph_artifacts
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
+from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
 from mybackend.lowering.layout import plan_channels_last
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
@@ -102,6 +103,14 @@ def _compile_now(
                 stage_times.append(("layout", time.perf_counter() - start))
                 log.debug("%s: %d channels-last conversions planned", name, conversions)
                 start = time.perf_counter()
+        hoist = None
+        if kind == "inference" and options.hoist_parameter_work:
+            hoist = hoist_parameter_work(planned, example_inputs, static_inputs)
+        if hoist is not None:
+            planned, example_inputs = hoist.main, hoist.example_inputs
+            static_inputs = [*static_inputs, *hoist.hoisted_inputs]
+            stage_times.append(("hoisting", time.perf_counter() - start))
+            start = time.perf_counter()
         lowered = lower(planned, example_inputs)
         stage_times.append(("lowering", time.perf_counter() - start))
         ir_text = lowered.graph.to_text(True)
@@ -121,6 +130,8 @@ def _compile_now(
     publish(record)
     _write_debug_outputs(record, options)
     log.debug("compiled %s: %d partitions", name, len(report["partitions"]))
+    if hoist is not None:
+        return HoistedGraphFunction(compiled, HoistedValues(hoist))
     return compiled
 
 

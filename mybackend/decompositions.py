@@ -29,8 +29,50 @@ KEPT_WHOLE: tuple[str, ...] = (
 )
 
 
+def batch_norm_inference(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_native_batch_norm_legit_no_training`` as per-channel elementwise ops.
+
+    Added to the core table: so written, inference batch norm fuses with the
+    ReLU and residual add after it into one generated kernel; whole, it is
+    three ATen kernels per layer. Math in fp32 as eager's kernels do (as
+    x·scale + shift, which rounds differently from eager's (x - mean)·invstd·w
+    + b by an ulp of fp32, far below the output's precision); the two
+    statistics outputs are empty, as eager's are outside training. (Torch's
+    own decomposition goes through the mutating ``_native_batch_norm_legit``,
+    which aot_autograd's functional graphs cannot hold.)
+    """
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    compute = torch.promote_types(x.dtype, torch.float32)
+    # Per-channel scale and shift first: they read parameters and buffers
+    # only, so inference graphs compute them once (Note [Hoisted parameter
+    # work]) and the activation sees one multiply-add.
+    scale = torch.rsqrt(running_var.to(compute) + eps)
+    if weight is not None:
+        scale = scale * weight.to(compute)
+    shift = -running_mean.to(compute) * scale
+    if bias is not None:
+        shift = shift + bias.to(compute)
+    out = x.to(compute) * scale.view(shape) + shift.view(shape)
+    empty = x.new_zeros((0,), dtype=compute)
+    return out.to(x.dtype), empty, empty.clone()
+
+
+ADDED: dict[Any, Callable[..., Any]] = {
+    aten._native_batch_norm_legit_no_training.default: batch_norm_inference,
+}
+
+
 @cache
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
-    """Core-ATen decompositions minus the ops in KEPT_WHOLE."""
+    """Core-ATen decompositions minus the ops in KEPT_WHOLE, plus ADDED."""
     table = dict(core_aten_decompositions())
+    table.update(ADDED)
     return {op: fn for op, fn in table.items() if str(op) not in KEPT_WHOLE}

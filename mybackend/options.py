@@ -67,6 +67,13 @@ class Options:
         "returned in eager's strides (Note [Channels-last planning]).",
         True,
     )
+    hoist_parameter_work: bool = _field(
+        True,
+        "In inference graphs, compute what reads only parameters and buffers (weight "
+        "layout copies, batch-norm scale and shift) once per parameter version instead of "
+        "on every call; the results stay in memory (Note [Hoisted parameter work]).",
+        True,
+    )
     min_fused_nodes: int = _field(
         2,
         "Smallest elementwise group that becomes a generated kernel; smaller groups run "

@@ -1,0 +1,131 @@
+"""Stage 3: hoisted parameter work (Note [Hoisted parameter work])."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._functorch.aot_autograd import aot_module_simplified
+
+import mybackend
+from mybackend.aot import static_input_indices
+from mybackend.decompositions import decomposition_table
+from mybackend.lowering.hoist import HoistedValues, hoist_parameter_work
+from tests.unit.test_lowering_layout import ConvBlock
+
+aten = torch.ops.aten
+
+
+def _inference_graph(module: torch.nn.Module, x: torch.Tensor) -> tuple[Any, list[Any], list[int]]:
+    graphs: list[tuple[Any, list[Any], list[int]]] = []
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        graphs.append((gm, list(example_inputs), static_input_indices("inference")))
+        return gm.forward
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=compiler, decompositions=decomposition_table()
+        )
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(module, backend=backend)(x)
+    return graphs[0]
+
+
+def _targets(gm: torch.fx.GraphModule) -> set[Any]:
+    return {n.target for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _bn_module() -> ConvBlock:
+    module = ConvBlock().eval()
+    with torch.no_grad():  # statistics that matter
+        module.bn.running_mean.uniform_(-1, 1)
+        module.bn.running_var.uniform_(0.5, 2)
+        module.bn.weight.uniform_(0.5, 1.5)
+        module.bn.bias.uniform_(-1, 1)
+    return module
+
+
+def test_batch_norm_statistics_move_to_prepare() -> None:
+    module = _bn_module()
+    gm, example_inputs, static = _inference_graph(module, torch.randn(2, 3, 8, 8))
+    assert static, "aot marks the parameters and buffers static"
+    plan = hoist_parameter_work(gm, example_inputs, static)
+    assert plan is not None
+    assert aten.rsqrt.default in _targets(plan.prepare)
+    assert aten.rsqrt.default not in _targets(plan.main)
+    assert aten.convolution.default in _targets(plan.main)
+    n_inputs = len(example_inputs)
+    assert plan.hoisted_inputs == list(range(n_inputs, len(plan.example_inputs)))
+    assert set(plan.prepare_inputs) <= set(static)
+
+
+def test_hoisted_values_follow_parameter_updates() -> None:
+    module = _bn_module()
+    real = torch.compile(module, backend="mybackend", options={"strict": True})
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            for got, want in zip(real(x), module(x), strict=True):
+                torch.testing.assert_close(got, want)
+        module.bn.running_var.mul_(3.0)  # an in-place update: a new version
+        for got, want in zip(real(x), module(x), strict=True):
+            torch.testing.assert_close(got, want)
+        module.bn.weight.data = module.bn.weight.data * 2  # a new tensor behind the parameter
+        for got, want in zip(real(x), module(x), strict=True):
+            torch.testing.assert_close(got, want)
+
+
+def test_prepare_runs_once_per_parameter_version() -> None:
+    module = _bn_module()
+    gm, example_inputs, static = _inference_graph(module, torch.randn(2, 3, 8, 8))
+    plan = hoist_parameter_work(gm, example_inputs, static)
+    assert plan is not None
+    hoisted = HoistedValues(plan)
+    real_inputs = [torch.randn(t.shape, dtype=t.dtype) for t in example_inputs]
+    first = hoisted.values(real_inputs)
+    assert hoisted.values(real_inputs) is first and hoisted.computed == 1
+    real_inputs[plan.prepare_inputs[0]].add_(1.0)
+    assert hoisted.values(real_inputs) is not first and hoisted.computed == 2
+
+
+def test_views_of_weights_stay_in_the_main_graph() -> None:
+    # A Linear's weight is only permuted (a view): nothing is computed from it.
+    module = torch.nn.Linear(4, 4).eval()
+    gm, example_inputs, static = _inference_graph(module, torch.randn(2, 4))
+    assert hoist_parameter_work(gm, example_inputs, static) is None
+
+
+class RandomOfParameter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand_like(self.w) * self.w.exp()
+
+
+def test_random_ops_are_never_hoisted() -> None:
+    gm, example_inputs, static = _inference_graph(RandomOfParameter().eval(), torch.randn(4))
+    plan = hoist_parameter_work(gm, example_inputs, static)
+    assert plan is not None  # exp(w) is hoisted ...
+    assert aten.exp.default in _targets(plan.prepare)
+    random_ops = [t for t in _targets(plan.prepare) if torch.Tag.nondeterministic_seeded in t.tags]
+    assert random_ops == []  # ... the random op is not
+
+
+def test_backend_hoists_inference_only_and_option_turns_it_off() -> None:
+    module = _bn_module()
+    x = torch.randn(2, 3, 8, 8)
+
+    def stage_names(options: dict[str, Any], grad: bool) -> list[str]:
+        with torch.set_grad_enabled(grad):
+            report = mybackend.explain(module, x.clone().requires_grad_(grad), options=options)
+        return [s[0] for g in report.to_dict()["graphs"] for s in g["stage_times"]]
+
+    assert "hoisting" in stage_names({}, grad=False)
+    assert "hoisting" not in stage_names({"hoist_parameter_work": False}, grad=False)
+    assert "hoisting" not in stage_names({}, grad=True)
