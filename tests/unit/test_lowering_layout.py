@@ -65,10 +65,11 @@ def test_convolutions_read_channels_last_and_results_match() -> None:
     for conv in _nodes(planned, aten.convolution.default):
         for operand in conv.args[:2]:
             assert operand.meta["val"].is_contiguous(memory_format=torch.channels_last), conv
-    # The input and the 3x3 weight are converted; the 1x1 weight already is
-    # channels-last, and the second conv reads the first one's output as it is.
+    # The input and both weights are converted (the 1x1 weight too: its NCHW
+    # strides are ambiguous, and aten would read it as NCHW); the second conv
+    # reads the first one's output as it is.
     layouts = [str(n.kwargs["memory_format"]) for n in _nodes(planned, aten.clone.default)]
-    assert layouts.count("torch.channels_last") == 2
+    assert layouts.count("torch.channels_last") == 3
     assert copies == len(layouts)
     with torch.no_grad():
         expected = module(x)
@@ -83,8 +84,8 @@ def test_graph_without_convolution_is_left_alone() -> None:
     assert planned is gm and copies == 0
 
 
-def test_channels_last_input_needs_no_input_copy() -> None:
-    module = torch.nn.Conv2d(4, 4, 1).eval()  # 1x1 weight: channels-last already
+def test_channels_last_operands_need_no_copy() -> None:
+    module = torch.nn.Conv2d(4, 4, 3).eval().to(memory_format=torch.channels_last)
     x = torch.randn(2, 4, 5, 5).to(memory_format=torch.channels_last)
     gm, planned, copies, _ = _planned(module, x)
     assert copies == 0 and planned is gm
