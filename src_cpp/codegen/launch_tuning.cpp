@@ -1,5 +1,6 @@
 #include "codegen/launch_tuning.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 
@@ -66,5 +67,31 @@ ScopedLaunchTuning::ScopedLaunchTuning(const LaunchTuning& tuning)
 }
 
 ScopedLaunchTuning::~ScopedLaunchTuning() { g_override = previous_; }
+
+std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols) {
+  const int vec = std::max(1, entry.elements_per_thread);
+  const std::int64_t per_thread = entry.row_elements_per_thread;
+  if (per_thread <= 0 || cols % vec != 0) return 1;
+  int block = 1;
+  while (block * 2 <= entry.block_x) block *= 2;
+  int tpr = 1;
+  while (tpr < block && tpr * per_thread < cols) tpr *= 2;
+  if (tpr * per_thread < cols) return 1;
+  return entry.block_x / tpr;
+}
+
+KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::int64_t cols,
+                              int sm_count) {
+  KernelEntry out = entry;
+  while (out.block_x > 32) {
+    const std::int64_t per_block = norm_rows_per_block(out, cols);
+    if (per_block <= 1 || (rows + per_block - 1) / per_block >= sm_count) break;
+    KernelEntry smaller = out;
+    smaller.block_x /= 2;
+    if (norm_rows_per_block(smaller, cols) * 2 != per_block) break;  // tpr would change
+    out = smaller;
+  }
+  return out;
+}
 
 }  // namespace mybackend

@@ -12,7 +12,10 @@
 // docs/performance.md for what each knob trades.
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "codegen/emit.h"
 
 namespace mybackend {
 
@@ -61,5 +64,21 @@ class ScopedLaunchTuning {
   const LaunchTuning* previous_;
   LaunchTuning tuning_;
 };
+
+// Rows one block of a forward norm `entry` covers per step:
+// mb::row_threads of device/mb_norm.cuh (Note [Rows in registers]) repeated
+// on the host; 1 when rows take the loop path. Only the grid size depends
+// on it; the kernel computes its own layout.
+std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols);
+
+// Note [Few rows, smaller blocks]
+// A forward kernel holds blockDim.x / tpr rows per block, so a small problem
+// (BERT's 128 rows of 768 at batch 1) fills only a few blocks and leaves
+// most SMs idle while each block walks its rows. The kernel reads the block
+// size at run time, so the launch halves it (down to one warp) while the
+// grid has fewer blocks than the device has SMs and the smaller block still
+// holds whole row groups: same threads per row, more blocks, shorter time.
+KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::int64_t cols,
+                              int sm_count);
 
 }  // namespace mybackend

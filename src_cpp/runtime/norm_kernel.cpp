@@ -30,21 +30,6 @@ DType dtype_of(const NormSpec& spec, const std::string& name) {
   return spec.dtype;
 }
 
-// Rows one block of `entry` covers per step: mb::row_threads of
-// device/mb_norm.cuh (Note [Rows in registers]) repeated on the host. Only
-// the grid size depends on it; the kernel computes its own layout.
-std::int64_t rows_per_block(const KernelEntry& entry, std::int64_t cols) {
-  const int vec = std::max(1, entry.elements_per_thread);
-  const std::int64_t per_thread = entry.row_elements_per_thread;
-  if (per_thread <= 0 || cols % vec != 0) return 1;
-  int block = 1;
-  while (block * 2 <= entry.block_x) block *= 2;
-  int tpr = 1;
-  while (tpr < block && tpr * per_thread < cols) tpr *= 2;
-  if (tpr * per_thread < cols) return 1;
-  return entry.block_x / tpr;
-}
-
 class NormKernel final : public GroupKernel<NormGroup> {
  public:
   using GroupKernel::GroupKernel;
@@ -107,7 +92,8 @@ class NormKernel final : public GroupKernel<NormGroup> {
     const DeviceModules::Loaded& l = modules_.on(device->index());
     const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
     for (std::size_t e = 0; e < entries.size(); ++e) {
-      const KernelEntry& entry = entries[e];
+      const KernelEntry entry =
+          e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
       KernelArgs args(entry);
       for (std::size_t i = 0; i < entry.params.size(); ++i) {
         const KernelParam& p = entry.params[i];
@@ -127,7 +113,7 @@ class NormKernel final : public GroupKernel<NormGroup> {
       }
       // Entry 0: rows_per_block(...) rows per block; entry 1 (parameter
       // grads): 32 columns per block.
-      const std::int64_t per_block = e == 0 ? rows_per_block(entry, cols) : 1;
+      const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;
       const std::int64_t blocks = e == 0 ? (rows + per_block - 1) / per_block : (cols + 31) / 32;
       if (blocks == 0) continue;
       const std::int64_t grid =

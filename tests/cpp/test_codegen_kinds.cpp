@@ -361,6 +361,23 @@ TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
   EXPECT_NE(t.to_string().find("softmax_block=256"), std::string::npos);
 }
 
+// Note [Few rows, smaller blocks]: BERT's 128 x 768 layer norm at batch 1.
+TEST(CodegenTuning, FewRowsGetSmallerBlocksWithTheSameThreadsPerRow) {
+  KernelEntry entry;
+  entry.block_x = 256;
+  entry.elements_per_thread = 8;       // bf16 vectors
+  entry.row_elements_per_thread = 32;  // 4 vectors per thread: 24 -> 32 threads per row
+  EXPECT_EQ(norm_rows_per_block(entry, 768), 8);
+  const KernelEntry small = norm_launch_shape(entry, 128, 768, 132);
+  EXPECT_EQ(small.block_x, 32);  // 128 blocks of one row: as close to 132 SMs as it gets
+  EXPECT_EQ(norm_rows_per_block(small, 768), 1);
+  // Enough rows: untouched. Loop-path rows (too long for registers): untouched.
+  EXPECT_EQ(norm_launch_shape(entry, 32768, 768, 132).block_x, 256);
+  EXPECT_EQ(norm_launch_shape(entry, 16, 1 << 16, 132).block_x, 256);
+  // Never below the threads one row needs: 4096 columns take 128 threads.
+  EXPECT_EQ(norm_launch_shape(entry, 4, 4096, 132).block_x, 128);
+}
+
 // Every knob value emits kernels that compile, keep 16-byte accesses and
 // tell the launcher their per-thread work.
 TEST(CodegenTuning, EveryKnobValueCompiles) {
