@@ -48,6 +48,9 @@ struct PointwiseGroup {
   PointwiseSpec general;
   std::vector<ValueId> inputs;   // spec.inputs[k] reads inputs[k]
   std::vector<ValueId> outputs;  // spec.outputs[k] stores outputs[k]
+  // The logical dims, outermost first, in the order the kernel walks them
+  // (Note [Iteration order] in pointwise_planner.h); empty: as they are.
+  std::vector<int> order;
 };
 
 // What the runtime needs to launch a generated reduction group: an

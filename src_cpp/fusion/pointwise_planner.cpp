@@ -41,6 +41,39 @@ bool likely_contiguous(const TensorType& type) {
          (type.strides.back().is_static() && type.strides.back().static_value() == 1);
 }
 
+std::vector<int> memory_order(const TensorType& type) {
+  const int rank = static_cast<int>(type.rank());
+  if (rank < 2 || type.is_contiguous()) return {};
+  for (const Dim& d : type.sizes)
+    if (!d.is_static()) return {};
+  for (const Dim& d : type.strides)
+    if (!d.is_static()) return {};
+  std::vector<int> order(static_cast<std::size_t>(rank));
+  for (int d = 0; d < rank; ++d) order[static_cast<std::size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return type.strides[static_cast<std::size_t>(a)].static_value() >
+           type.strides[static_cast<std::size_t>(b)].static_value();
+  });
+  if (!dense_in_order(type, order)) return {};
+  for (int d = 0; d < rank; ++d)
+    if (order[static_cast<std::size_t>(d)] != d) return order;
+  return {};
+}
+
+bool dense_in_order(const TensorType& type, const std::vector<int>& order) {
+  if (order.size() != type.rank()) return false;
+  std::int64_t expected = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Dim& size = type.sizes[static_cast<std::size_t>(*it)];
+    const Dim& stride = type.strides[static_cast<std::size_t>(*it)];
+    if (!size.is_static() || !stride.is_static()) return false;
+    if (size.static_value() == 1) continue;
+    if (stride.static_value() != expected) return false;
+    expected *= size.static_value();
+  }
+  return true;
+}
+
 std::string shape_key(const TensorType& type) {
   std::string key;
   for (const Dim& d : type.sizes) key += d.str() + ",";
@@ -91,13 +124,22 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   const TensorType& shape = graph_.value(graph_.node(nodes[0]).outputs[0]).tensor;
   const int rank = static_cast<int>(shape.rank());
   const std::string key = shape_key(shape);
+  // Note [Iteration order]: the first stored output decides.
+  for (NodeId id : nodes) {
+    const ValueId v = graph_.node(id).outputs[0];
+    if (!index_.used_outside(v, members)) continue;
+    group->order = memory_order(graph_.value(v).tensor);
+    break;
+  }
+  auto dense = [&](const TensorType& t) {
+    return group->order.empty() ? likely_contiguous(t) : dense_in_order(t, group->order);
+  };
   // Outputs: values something outside the group reads.
   for (NodeId id : nodes) {
     const ValueId v = graph_.node(id).outputs[0];
     if (!index_.used_outside(v, members)) continue;
     const TensorType& t = graph_.value(v).tensor;
-    TensorArg arg{t.dtype, likely_contiguous(t) ? IndexMode::Aligned : IndexMode::Strided,
-                  likely_contiguous(t) ? 0 : rank};
+    TensorArg arg{t.dtype, dense(t) ? IndexMode::Aligned : IndexMode::Strided, dense(t) ? 0 : rank};
     ssa.spec().outputs.push_back(PwOutput{arg, ssa.logical(v)});
     group->outputs.push_back(v);
   }
@@ -110,7 +152,7 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   group->inputs = ssa.inputs();
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const TensorType& t = graph_.value(group->inputs[k]).tensor;
-    const bool full = shape_key(t) == key && likely_contiguous(t);
+    const bool full = shape_key(t) == key && dense(t);
     spec.inputs[k].mode = full ? IndexMode::Aligned : IndexMode::Strided;
     spec.inputs[k].rank = full ? 0 : rank;
   }
@@ -405,7 +447,8 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       group.why = "fused " + std::to_string(unit.nodes.size()) +
                   " elementwise ops into one generated kernel (" +
                   std::to_string(unit.pointwise->inputs.size()) + " inputs, " +
-                  std::to_string(unit.pointwise->outputs.size()) + " outputs)";
+                  std::to_string(unit.pointwise->outputs.size()) + " outputs)" +
+                  (unit.pointwise->order.empty() ? "" : ", walked in memory order");
       out.push_back(std::move(group));
     } else {
       const NodeId n = unit.nodes[0];

@@ -53,4 +53,22 @@ class PointwisePlanner {
 bool likely_contiguous(const TensorType& type);
 std::string shape_key(const TensorType& type);
 
+// Note [Iteration order]
+// A generated pointwise kernel walks its output shape as one flat index,
+// last logical dim fastest. For a channels-last output that order jumps C
+// elements between neighbouring threads, so every store is uncoalesced and
+// no tensor is flat. The planner therefore walks the logical dims in the
+// memory order of the group's first stored output (strides descending) when
+// that output is dense in some order other than the logical one and its
+// sizes are static: sizes and strides are permuted at launch, tensors dense
+// in that order become Aligned (flat, vectorizable), broadcast operands
+// keep their (permuted) strides. The kernel source does not change.
+//
+// The dims of `type` outermost first by stride when it is dense in that
+// order and it is not the logical order; empty otherwise.
+std::vector<int> memory_order(const TensorType& type);
+// True when `type` has static sizes and strides and is dense, without gaps,
+// when its dims are taken in `order` (size-1 dims ignored).
+bool dense_in_order(const TensorType& type, const std::vector<int>& order);
+
 }  // namespace mybackend

@@ -16,6 +16,26 @@
 namespace mybackend {
 namespace {
 
+std::vector<std::int64_t> permuted(const std::vector<std::int64_t>& dims,
+                                   const std::vector<int>& order) {
+  std::vector<std::int64_t> out;
+  out.reserve(order.size());
+  for (int d : order) out.push_back(dims[static_cast<std::size_t>(d)]);
+  return out;
+}
+
+// Row-major dense strides for `shape` (size-1 dims may have any stride).
+bool dense_strides(const std::vector<std::int64_t>& shape,
+                   const std::vector<std::int64_t>& strides) {
+  std::int64_t expected = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
 class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
  public:
   using GroupKernel::GroupKernel;
@@ -34,7 +54,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
         if (!group_->spec.index64 && max_offset(shape, strides[k]) >= kIndex32Limit) return false;
         continue;
       }
-      if (!t.is_contiguous() || t.numel() != numel) return false;
+      // Dense in the walk's order (Note [Iteration order] in pointwise_planner.h).
+      if (!dense_strides(shape, strides[k]) || t.numel() != numel) return false;
       if (args[k].mode == IndexMode::Aligned && !aligned16(t)) return false;
     }
     return true;
@@ -53,7 +74,7 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       tensors.push_back(*t);
     }
     if (tensors.empty()) return fail("the group reads no tensor");
-    const auto shape = evaluate_dims(graph_.value(g.outputs[0]).tensor.sizes, bindings);
+    auto shape = evaluate_dims(graph_.value(g.outputs[0]).tensor.sizes, bindings);
     if (!shape) return fail("a size of the output depends on an unbound symbol");
     std::int64_t numel = 1;
     for (std::int64_t s : *shape) numel *= s;
@@ -70,6 +91,10 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       const auto dtype = static_cast<c10::ScalarType>(g.spec.outputs[k].tensor.dtype);
       tensors.push_back(at::empty_strided(*shape, *out_strides, tensors[0].options().dtype(dtype)));
       iteration_strides(tensors.back(), *shape, strides[g.inputs.size() + k]);
+    }
+    if (!g.order.empty()) {  // Note [Iteration order] in pointwise_planner.h
+      *shape = permuted(*shape, g.order);
+      for (auto& s : strides) s = permuted(s, g.order);
     }
     if (numel > 0) {
       std::vector<TensorArg> args;

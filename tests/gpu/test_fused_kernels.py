@@ -158,3 +158,26 @@ def test_dynamic_batch_sizes_share_one_kernel() -> None:
         got, launched = _generated_kernels_launched(lambda x=x: compiled(x, b))
         torch.testing.assert_close(got, fn(x, b), rtol=1e-5, atol=1e-5)
         assert launched >= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 8, 5, 6), (3, 64, 7, 7), (1, 3, 1, 9)])
+def test_channels_last_group_walks_memory_order(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Note [Iteration order]: channels-last outputs, a per-channel broadcast
+    and a second, NCHW-strided operand, one kernel; results and strides as eager."""
+    x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    r = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    nchw = torch.randn(shape, device="cuda", dtype=dtype)
+    scale = torch.randn(1, shape[1], 1, 1, device="cuda", dtype=torch.float32)
+
+    def fn(x: torch.Tensor, r: torch.Tensor, nchw: torch.Tensor, scale: torch.Tensor) -> Any:
+        y = torch.relu(x.float() * scale + r.float()).to(dtype)
+        return y, (y.float() * 2 + nchw.float()).to(dtype)
+
+    compiled = _compile(fn, x, r, nchw, scale)
+    whys = [k["why"] for k in compiled.report()["kernels"] if k["kind"] == "pointwise"]
+    assert whys and all("walked in memory order" in w for w in whys), whys
+    got = compiled.run([x, r, nchw, scale])
+    for g, e in zip(got, fn(x, r, nchw, scale), strict=True):
+        torch.testing.assert_close(g, e, **TOL[dtype])
+        assert g.stride() == e.stride()

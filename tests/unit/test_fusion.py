@@ -139,3 +139,24 @@ def test_truncating_division_rounds_the_quotient_like_eager(dtype: torch.dtype) 
     spec = kernels[0]["spec"]
     rounds_first = "div_trunc" not in spec and "trunc" in spec
     assert rounds_first == (dtype != torch.float32), spec
+
+
+def test_channels_last_groups_walk_memory_order() -> None:
+    """Note [Iteration order]: the channels-last operands are flat (aligned),
+    the per-channel broadcast keeps strides; an NCHW group is unchanged."""
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x.float() * s + s).to(torch.bfloat16)
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    for layout, walked in ((torch.channels_last, True), (torch.contiguous_format, False)):
+        with mode:
+            x = torch.empty(2, 8, 5, 6, dtype=torch.bfloat16, device="cuda")
+            x = x.contiguous(memory_format=layout)
+            s = torch.empty(1, 8, 1, 1, device="cuda")
+        lowered = lower(make_fx(fn, tracing_mode="fake")(x, s), [])
+        compiled = _C.compile(lowered.graph, {"generated_kernels": True}, None)
+        (kernel,) = compiled.report()["kernels"]
+        assert ("walked in memory order" in kernel["why"]) == walked, kernel["why"]
+        assert "in0 bf16 aligned" in kernel["spec"] and "out0 bf16 aligned" in kernel["spec"]
+        assert "in1 f32 strided rank=4" in kernel["spec"]
