@@ -35,7 +35,8 @@ CompileOptions compile_options_from(const py::dict& options) {
                                       "generated_kernels",
                                       "min_fused_nodes",
                                       "kernel_cache_dir",
-                                      "cublaslt"};
+                                      "cublaslt",
+                                      "cudnn_attention"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -70,6 +71,8 @@ CompileOptions compile_options_from(const py::dict& options) {
     out.kernel_cache.directory = dir;
   }
   if (options.contains("cublaslt")) out.fusion.matmul = options["cublaslt"].cast<bool>();
+  if (options.contains("cudnn_attention"))
+    out.fusion.attention = options["cudnn_attention"].cast<bool>();
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }
@@ -192,6 +195,8 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   out["matmul_groups_run"] = stats.matmul_groups_run;
   out["matmul_fallbacks"] = stats.matmul_fallbacks;
+  out["attention_groups_run"] = stats.attention_groups_run;
+  out["attention_fallbacks"] = stats.attention_fallbacks;
   return out;
 }
 
