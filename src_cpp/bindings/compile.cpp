@@ -25,18 +25,10 @@ CapabilityOptions capability_options_from(const py::dict& options) {
 namespace {
 
 CompileOptions compile_options_from(const py::dict& options) {
-  static const char* const kKeys[] = {"disabled_ops",
-                                      "disabled_op_classes",
-                                      "min_partition_size",
-                                      "allow_single_node_partition",
-                                      "cuda_graphs",
-                                      "static_inputs",
-                                      "max_cuda_graphs",
-                                      "generated_kernels",
-                                      "min_fused_nodes",
-                                      "kernel_cache_dir",
-                                      "cublaslt",
-                                      "cudnn_attention"};
+  static const char* const kKeys[] = {
+      "disabled_ops",    "disabled_op_classes", "min_partition_size", "allow_single_node_partition",
+      "cuda_graphs",     "static_inputs",       "max_cuda_graphs",    "generated_kernels",
+      "min_fused_nodes", "kernel_cache_dir",    "cublaslt",           "cudnn_attention"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;

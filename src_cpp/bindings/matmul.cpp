@@ -66,8 +66,7 @@ void bind_matmul(py::module_& m) {
       "cudnn_sdpa_cache_stats",
       [] {
         py::dict out;
-        for (const auto& [name, count] : attention_plan_cache_counters())
-          out[name.c_str()] = count;
+        for (const auto& [name, count] : attention_plan_cache_counters()) out[name.c_str()] = count;
         return out;
       },
       "Counters of the cuDNN SDPA plan cache (attention groups): hits, misses, entries, "

@@ -21,10 +21,8 @@ using ir_match::swaps_last_two_dims;
 using ir_match::tensor_arg;
 
 constexpr const char* kFlashForward = "aten::_scaled_dot_product_flash_attention.default";
-constexpr const char* kFlashBackward =
-    "aten::_scaled_dot_product_flash_attention_backward.default";
-constexpr const char* kEfficientForward =
-    "aten::_scaled_dot_product_efficient_attention.default";
+constexpr const char* kFlashBackward = "aten::_scaled_dot_product_flash_attention_backward.default";
+constexpr const char* kEfficientForward = "aten::_scaled_dot_product_efficient_attention.default";
 constexpr const char* kEfficientBackward =
     "aten::_scaled_dot_product_efficient_attention_backward.default";
 
@@ -55,8 +53,7 @@ std::string operands_problem(const Graph& graph, const std::vector<ValueId>& val
 }
 
 // The softmax scale: the literal, or 1/sqrt(head dim) for None.
-std::optional<double> scale_of(const Graph& graph, const Node& node, std::size_t index,
-                               ValueId q) {
+std::optional<double> scale_of(const Graph& graph, const Node& node, std::size_t index, ValueId q) {
   if (none_arg(node, index)) {
     const Dim& head_dim = graph.value(q).tensor.sizes[3];
     if (!head_dim.is_static() || head_dim.static_value() <= 0) return std::nullopt;
@@ -66,8 +63,7 @@ std::optional<double> scale_of(const Graph& graph, const Node& node, std::size_t
 }
 
 // Outputs past the first `computed` that anything reads (or the graph returns).
-std::vector<ValueId> read_outputs(const GraphIndex& index, const Node& node,
-                                  std::size_t computed) {
+std::vector<ValueId> read_outputs(const GraphIndex& index, const Node& node, std::size_t computed) {
   std::vector<ValueId> out;
   for (std::size_t i = computed; i < node.outputs.size(); ++i) {
     const auto v = static_cast<std::size_t>(node.outputs[i]);
@@ -92,8 +88,8 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
   spec.q = tensor_arg(graph, node, first);
   spec.k = tensor_arg(graph, node, first + 1);
   spec.v = tensor_arg(graph, node, first + 2);
-  const bool flash = spec.source == AttentionSource::FlashForward ||
-                     spec.source == AttentionSource::FlashBackward;
+  const bool flash =
+      spec.source == AttentionSource::FlashForward || spec.source == AttentionSource::FlashBackward;
   // Argument positions of dropout_p, is_causal and scale in each schema.
   std::size_t dropout = 0, causal = 0, scale = 0;
   switch (spec.source) {
@@ -310,8 +306,7 @@ std::string decomposed_problem(const Graph& graph, const AttentionSpec& spec) {
   return {};
 }
 
-void claim(ClaimedGroups& claimed, std::set<NodeId> members,
-           std::shared_ptr<AttentionSpec> spec) {
+void claim(ClaimedGroups& claimed, std::set<NodeId> members, std::shared_ptr<AttentionSpec> spec) {
   KernelGroup group;
   group.kind = KernelKind::Attention;
   group.nodes.assign(members.begin(), members.end());

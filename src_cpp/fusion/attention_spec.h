@@ -35,9 +35,9 @@ bool attention_is_backward(AttentionSource source);
 
 struct AttentionSpec {
   AttentionSource source = AttentionSource::FlashForward;
-  NodeId anchor = -1;  // the SDPA node, or the decomposed pattern's second bmm
-  std::string op;      // the anchor's overload
-  DType dtype = DType::BFloat16;  // of q, k, v, out (f16 or bf16)
+  NodeId anchor = -1;              // the SDPA node, or the decomposed pattern's second bmm
+  std::string op;                  // the anchor's overload
+  DType dtype = DType::BFloat16;   // of q, k, v, out (f16 or bf16)
   ValueId q = -1, k = -1, v = -1;  // Note [Attention values are [B, H, S, D]]
   // Additive bias/mask, broadcastable to [B, H, Sq, Skv], dtype `dtype`;
   // -1: none. Boolean masks reach us already turned into 0/-inf by sdpa.

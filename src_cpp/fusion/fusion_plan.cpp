@@ -68,8 +68,7 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
     const bool cuda = any_cuda_node(graph, nodes);
-    const bool engines =
-        cuda && (options.matmul || options.generated_kernels || options.attention);
+    const bool engines = cuda && (options.matmul || options.generated_kernels || options.attention);
     if (engines && !index) {
       index = std::make_unique<GraphIndex>(graph);
       matmul = std::make_unique<MatmulPlanner>(*index);

@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cudnn_frontend.h>
 
 #include <atomic>
 #include <cstring>
@@ -10,8 +11,6 @@
 #include <memory>
 #include <unordered_map>
 #include <vector>
-
-#include <cudnn_frontend.h>
 
 #include "libs/cudnn_handles.h"
 
@@ -49,9 +48,7 @@ std::unordered_map<std::string, Entry>& cache() {
 // The signature: raw bytes of every fact the graph depends on.
 class Key {
  public:
-  void add(std::int64_t value) {
-    key_.append(reinterpret_cast<const char*>(&value), sizeof value);
-  }
+  void add(std::int64_t value) { key_.append(reinterpret_cast<const char*>(&value), sizeof value); }
   void add(const at::Tensor& t) {
     add(t.defined() ? static_cast<std::int64_t>(t.scalar_type()) : -1);
     if (!t.defined()) return;
@@ -86,7 +83,7 @@ fe::DataType_t fe_type(at::ScalarType type) {
 std::vector<std::int64_t> vec(c10::IntArrayRef values) { return {values.begin(), values.end()}; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& graph, const char* name,
-                                                     Uid uid, const at::Tensor& t) {
+                                                    Uid uid, const at::Tensor& t) {
   return graph.tensor(fe::graph::Tensor_attributes()
                           .set_name(name)
                           .set_uid(uid)
@@ -190,7 +187,8 @@ void set_graph_types(fe::graph::Graph& graph, const at::Tensor& q) {
 
 std::string sdpa_forward(const SdpaForwardArgs& args) {
   if (std::string problem = dtype_problem(args.q); !problem.empty()) return problem;
-  const at::Tensor bias = args.bias.defined() ? cudnn_bias(args.bias, args.q, args.k) : at::Tensor();
+  const at::Tensor bias =
+      args.bias.defined() ? cudnn_bias(args.bias, args.q, args.k) : at::Tensor();
   const at::Tensor stats =
       args.stats.defined() ? stats_view(args.stats, args.q.size(2)) : at::Tensor();
   if (std::string problem = layout_problem({&args.q, &args.k, &args.v, &args.out, &bias});
@@ -223,9 +221,9 @@ std::string sdpa_forward(const SdpaForwardArgs& args) {
   });
   if (!entry.graph) return entry.problem;
   std::unordered_map<std::int64_t, void*> pack{{kQ, args.q.data_ptr()},
-                                                {kK, args.k.data_ptr()},
-                                                {kV, args.v.data_ptr()},
-                                                {kO, args.out.data_ptr()}};
+                                               {kK, args.k.data_ptr()},
+                                               {kV, args.v.data_ptr()},
+                                               {kO, args.out.data_ptr()}};
   if (bias.defined()) pack.emplace(kBias, bias.data_ptr());
   if (stats.defined()) pack.emplace(kStats, stats.data_ptr());
   execute(entry, handle, pack);
@@ -234,9 +232,11 @@ std::string sdpa_forward(const SdpaForwardArgs& args) {
 
 std::string sdpa_backward(const SdpaBackwardArgs& args) {
   if (std::string problem = dtype_problem(args.q); !problem.empty()) return problem;
-  const at::Tensor bias = args.bias.defined() ? cudnn_bias(args.bias, args.q, args.k) : at::Tensor();
+  const at::Tensor bias =
+      args.bias.defined() ? cudnn_bias(args.bias, args.q, args.k) : at::Tensor();
   const at::Tensor stats = stats_view(args.stats, args.q.size(2));
-  if (!stats.is_cuda() || stats.scalar_type() != at::kFloat) return "the logsumexp is not f32 on CUDA";
+  if (!stats.is_cuda() || stats.scalar_type() != at::kFloat)
+    return "the logsumexp is not f32 on CUDA";
   if (std::string problem = layout_problem({&args.q, &args.k, &args.v, &args.out, &args.grad_out,
                                             &args.grad_q, &args.grad_k, &args.grad_v, &bias});
       !problem.empty())
@@ -272,12 +272,15 @@ std::string sdpa_backward(const SdpaBackwardArgs& args) {
     mark_output(dv, kGradV, args.grad_v);
   });
   if (!entry.graph) return entry.problem;
-  std::unordered_map<std::int64_t, void*> pack{
-      {kQ, args.q.data_ptr()},           {kK, args.k.data_ptr()},
-      {kV, args.v.data_ptr()},           {kO, args.out.data_ptr()},
-      {kGradOut, args.grad_out.data_ptr()}, {kStats, stats.data_ptr()},
-      {kGradQ, args.grad_q.data_ptr()},  {kGradK, args.grad_k.data_ptr()},
-      {kGradV, args.grad_v.data_ptr()}};
+  std::unordered_map<std::int64_t, void*> pack{{kQ, args.q.data_ptr()},
+                                               {kK, args.k.data_ptr()},
+                                               {kV, args.v.data_ptr()},
+                                               {kO, args.out.data_ptr()},
+                                               {kGradOut, args.grad_out.data_ptr()},
+                                               {kStats, stats.data_ptr()},
+                                               {kGradQ, args.grad_q.data_ptr()},
+                                               {kGradK, args.grad_k.data_ptr()},
+                                               {kGradV, args.grad_v.data_ptr()}};
   if (bias.defined()) pack.emplace(kBias, bias.data_ptr());
   execute(entry, handle, pack);
   return {};

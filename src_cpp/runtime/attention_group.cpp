@@ -128,7 +128,8 @@ class AttentionGroup final : public GroupRunner {
     at::Tensor out = args.out;
     if (spec_->source == AttentionSource::Decomposed) {
       std::vector<std::int64_t> sizes;
-      for (const Dim& d : graph_.value(spec_->out).tensor.sizes) sizes.push_back(*d.evaluate(bindings));
+      for (const Dim& d : graph_.value(spec_->out).tensor.sizes)
+        sizes.push_back(*d.evaluate(bindings));
       out = out.view(sizes);
     }
     slots[static_cast<std::size_t>(spec_->out)] = std::move(out);
@@ -154,10 +155,10 @@ class AttentionGroup final : public GroupRunner {
     args.out = *out;
     args.stats = *lse;
     // cuDNN reads dO in O's layout (as PyTorch's cuDNN backend makes it).
-    args.grad_out = grad_out->strides() == out->strides()
-                        ? *grad_out
-                        : at::empty_strided(out->sizes(), out->strides(), grad_out->options())
-                              .copy_(*grad_out);
+    args.grad_out =
+        grad_out->strides() == out->strides()
+            ? *grad_out
+            : at::empty_strided(out->sizes(), out->strides(), grad_out->options()).copy_(*grad_out);
     args.grad_q = empty_as_ir(spec_->grad_q, bindings, in.q.device());
     args.grad_k = empty_as_ir(spec_->grad_k, bindings, in.q.device());
     args.grad_v = empty_as_ir(spec_->grad_v, bindings, in.q.device());

@@ -50,13 +50,12 @@ struct Flash {
     q = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "q"));
     k = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "k"));
     vv = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "v"));
-    outs = b.add_node(NodeKind::Aten, kFlash,
-                      {v(q), v(k), v(vv), f(dropout), flag(causal), flag(false), none()},
-                      {out(tensor(dtype, {2, 4, 128, 64})), out(tensor(DType::Float32, {2, 4, 128})),
-                       opaque_out(), opaque_out(), int_out(), int_out(),
-                       out(tensor(DType::UInt64, {2}, "meta")), out(tensor(DType::UInt64, {}, "meta")),
-                       out(tensor(dtype, {0}))},
-                      "flash");
+    outs = b.add_node(
+        NodeKind::Aten, kFlash, {v(q), v(k), v(vv), f(dropout), flag(causal), flag(false), none()},
+        {out(tensor(dtype, {2, 4, 128, 64})), out(tensor(DType::Float32, {2, 4, 128})),
+         opaque_out(), opaque_out(), int_out(), int_out(), out(tensor(DType::UInt64, {2}, "meta")),
+         out(tensor(DType::UInt64, {}, "meta")), out(tensor(dtype, {0}))},
+        "flash");
   }
 };
 
@@ -133,8 +132,8 @@ struct EfficientBackward {
     const ValueId offset = b.add_input(out(tensor(DType::Int64, {}), "offset"));
     std::vector<Argument> mask{flag(true), flag(true), flag(true), flag(grad_bias)};
     outs = b.add_node(NodeKind::Aten, kEfficientBackward,
-                      {v(grad), v(q), v(k), v(v_), v(bias), v(o), v(lse), v(seed), v(offset), f(0.0),
-                       Argument::of_list(mask), flag(false), f(0.125)},
+                      {v(grad), v(q), v(k), v(v_), v(bias), v(o), v(lse), v(seed), v(offset),
+                       f(0.0), Argument::of_list(mask), flag(false), f(0.125)},
                       {out(bhsd), out(bhsd), out(bhsd),
                        grad_bias ? out(tensor(BF16, {2, 4, 77, 77})) : opaque_out()},
                       "efficient_backward");
@@ -199,8 +198,8 @@ struct Decomposed {
     const ValueId pf = flatten(probs, {2, 4, 128, 128}, dtype);
     const ValueId vf = flatten(v_, {2, 4, 128, 64}, dtype);
     const ValueId o3 = node("aten::bmm.default", {v(pf), v(vf)}, tensor(dtype, {8, 128, 64}));
-    result = node("aten::view.default", {v(o3), ints({2, 4, 128, 64})},
-                  tensor(dtype, {2, 4, 128, 64}));
+    result =
+        node("aten::view.default", {v(o3), ints({2, 4, 128, 64})}, tensor(dtype, {2, 4, 128, 64}));
     std::vector<Argument> outputs{v(result)};
     if (softmax_is_output) outputs.push_back(v(probs));
     b.set_outputs(outputs);
@@ -257,9 +256,9 @@ TEST(AttentionPlanner, ProductsOfOtherShapesAreNotAttention) {
   const ValueId y = b.add_input(out(tensor(BF16, {8, 128, 64}), "y"));
   const ValueId s = b.add_node(NodeKind::Aten, "aten::bmm.default", {v(x), v(w)},
                                {out(tensor(BF16, {8, 128, 128}))}, "bmm")[0];
-  const ValueId pr =
-      b.add_node(NodeKind::Aten, "aten::_softmax.default", {v(s), Argument::of_int(-1), flag(false)},
-                 {out(tensor(BF16, {8, 128, 128}))}, "softmax")[0];
+  const ValueId pr = b.add_node(NodeKind::Aten, "aten::_softmax.default",
+                                {v(s), Argument::of_int(-1), flag(false)},
+                                {out(tensor(BF16, {8, 128, 128}))}, "softmax")[0];
   const ValueId o = b.add_node(NodeKind::Aten, "aten::bmm.default", {v(pr), v(y)},
                                {out(tensor(BF16, {8, 128, 64}))}, "bmm_1")[0];
   b.set_outputs({v(o)});
