@@ -94,6 +94,13 @@ class Options:
         "they run as ATen calls.",
         True,
     )
+    cudnn_attention: bool = _field(
+        True,
+        "Run attention of CUDA partitions (the aten flash and memory-efficient SDPA ops, "
+        "forward and backward, and the matmul-softmax-matmul pattern of inference graphs) "
+        "as cuDNN SDPA graphs; where cuDNN cannot, the aten kernel runs. Off: the aten ops.",
+        True,
+    )
     max_cuda_graphs: int = _field(
         8, "Most input signatures one compiled graph captures; later ones run uncaptured."
     )
@@ -168,6 +175,7 @@ class Options:
             "kernel_cache_dir": self.kernel_cache_location(),
             "cublaslt": self.cublaslt,
             "autotune": self.autotune,
+            "cudnn_attention": self.cudnn_attention,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
             "disabled_op_classes": list(self.disabled_op_classes),

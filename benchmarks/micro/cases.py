@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +67,28 @@ def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return F.gelu(F.linear(x, w, b))
 
 
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def attention_fwd_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor) -> Any:
+    """Forward and backward of attention; dynamo breaks the graph at autograd.grad,
+    so the backend compiles the forward with its backward (aot's joint graph)."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
+    return out + dq + dk + dv
+
+
+def _attention_inputs(b: int, h: int, s: int, d: int, count: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return tuple(
+            torch.randn(b, h, s, d, generator=gen).to(device, torch.bfloat16) for _ in range(count)
+        )
+
+    return make
+
+
 def _with_affine(rows: int, cols: int) -> Maker:
     def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
         x = torch.randn(rows, cols, generator=gen)
@@ -96,6 +119,10 @@ def _linear_inputs(m: int, k: int, n: int) -> Maker:
 POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
 ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
 M, K, N = 8192, 768, 3072
+# BERT-base attention: batch 32, 12 heads, 128 tokens, head dim 64.
+ATT_B, ATT_H, ATT_S, ATT_D = 32, 12, 128, 64
+ATT_ELEMS = ATT_B * ATT_H * ATT_S * ATT_D
+ATT_FLOPS = 4 * ATT_B * ATT_H * ATT_S * ATT_S * ATT_D  # q·kᵀ and p·v
 
 CASES: dict[str, MicroCase] = {
     c.name: c
@@ -139,6 +166,23 @@ CASES: dict[str, MicroCase] = {
             (M * K + N * K + N + M * N) * BF16,
             2 * M * K * N + 10 * M * N,
             f"Linear+bias+GELU {M}x{K} -> {N} bf16",
+        ),
+        MicroCase(
+            "attention",
+            attention,
+            _attention_inputs(ATT_B, ATT_H, ATT_S, ATT_D, 3),
+            4 * ATT_ELEMS * BF16,
+            ATT_FLOPS,
+            f"SDPA forward, BERT-base shape B={ATT_B} H={ATT_H} S={ATT_S} D={ATT_D} bf16",
+        ),
+        MicroCase(
+            "attention_fwd_bwd",
+            attention_fwd_bwd,
+            _attention_inputs(ATT_B, ATT_H, ATT_S, ATT_D, 4),
+            # reads q, k, v, g (and o, dO again), writes o, dq, dk, dv
+            10 * ATT_ELEMS * BF16,
+            ATT_FLOPS * 7 // 2,  # forward, and a backward of five products
+            f"SDPA forward+backward, B={ATT_B} H={ATT_H} S={ATT_S} D={ATT_D} bf16",
         ),
     )
 }

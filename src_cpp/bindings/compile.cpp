@@ -28,7 +28,8 @@ CompileOptions compile_options_from(const py::dict& options) {
   static const char* const kKeys[] = {
       "disabled_ops",    "disabled_op_classes", "min_partition_size", "allow_single_node_partition",
       "cuda_graphs",     "static_inputs",       "max_cuda_graphs",    "generated_kernels",
-      "min_fused_nodes", "kernel_cache_dir",    "cublaslt",           "autotune"};
+      "min_fused_nodes", "kernel_cache_dir",    "cublaslt",           "autotune",
+      "cudnn_attention"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -64,6 +65,8 @@ CompileOptions compile_options_from(const py::dict& options) {
   }
   if (options.contains("cublaslt")) out.fusion.matmul = options["cublaslt"].cast<bool>();
   if (options.contains("autotune")) out.fusion.autotune = options["autotune"].cast<bool>();
+  if (options.contains("cudnn_attention"))
+    out.fusion.attention = options["cudnn_attention"].cast<bool>();
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }
@@ -186,6 +189,8 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   out["matmul_groups_run"] = stats.matmul_groups_run;
   out["matmul_fallbacks"] = stats.matmul_fallbacks;
+  out["attention_groups_run"] = stats.attention_groups_run;
+  out["attention_fallbacks"] = stats.attention_fallbacks;
   return out;
 }
 

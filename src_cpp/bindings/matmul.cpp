@@ -5,6 +5,7 @@
 
 #include "bindings/bindings.h"
 #include "common/error.h"
+#include "runtime/attention_group.h"
 #include "runtime/matmul_group.h"
 #ifdef MYBACKEND_WITH_CUDA
 #include "libs/cublaslt_gemm.h"
@@ -61,6 +62,15 @@ void bind_matmul(py::module_& m) {
         return out;
       },
       "Counters of the process's cuBLASLt algorithm cache: hits, misses, entries.");
+  m.def(
+      "cudnn_sdpa_cache_stats",
+      [] {
+        py::dict out;
+        for (const auto& [name, count] : attention_plan_cache_counters()) out[name.c_str()] = count;
+        return out;
+      },
+      "Counters of the cuDNN SDPA plan cache (attention groups): hits, misses, entries, "
+      "unsupported (signatures cuDNN refused; they run the aten op).");
   m.def("_cublaslt_linear", &cublaslt_linear, py::arg("x"), py::arg("weight"),
         py::arg("bias") = py::none(), py::arg("epilogue") = "none",
         "Benchmark helper: F.linear (+ fused activation) as one bare cuBLASLt call.");

@@ -8,10 +8,19 @@ namespace mybackend {
 namespace {
 
 // The checks every op shares, whatever its class: tensors must be of a kind
-// the runtime can hand to a kernel at all.
-std::optional<std::string> check_common(const Graph& graph, const Node& node) {
-  auto check_value = [&](ValueId id) -> std::optional<std::string> {
+// the runtime can hand to a kernel at all. The attention ops' auxiliary
+// outputs are the exception: None (flash's cum_seq_q/k) and RNG state
+// that meta kernels place on the meta device (Note [Forward and backward
+// agree] in fusion/attention_planner.h); the ATen call returns them as the
+// op does, and no kernel reads them as data.
+std::optional<std::string> check_common(const Graph& graph, const Node& node, OpClass op_class) {
+  auto check_value = [&](ValueId id, bool output) -> std::optional<std::string> {
     const Value& v = graph.value(id);
+    const bool auxiliary = op_class == OpClass::Attention &&
+                           (output || v.kind != ValueKind::Tensor || v.tensor.rank() <= 1);
+    if (auxiliary && (v.kind == ValueKind::Opaque ||
+                      (v.kind == ValueKind::Tensor && v.tensor.device.type == DeviceType::Meta)))
+      return std::nullopt;
     if (v.kind == ValueKind::Opaque) {
       return "value %" + std::to_string(id) + " (" + v.name +
              ") is not a strided tensor or a scalar (sparse, nested or opaque)";
@@ -25,10 +34,10 @@ std::optional<std::string> check_common(const Graph& graph, const Node& node) {
     return std::nullopt;
   };
   for (ValueId id : node.input_values()) {
-    if (auto reason = check_value(id)) return reason;
+    if (auto reason = check_value(id, false)) return reason;
   }
   for (ValueId id : node.outputs) {
-    if (auto reason = check_value(id)) return reason;
+    if (auto reason = check_value(id, true)) return reason;
   }
   return std::nullopt;
 }
@@ -103,7 +112,7 @@ SupportDecision CapabilityRegistry::check(const Graph& graph, const Node& node,
                       " disabled by option disabled_op_classes";
     return decision;
   }
-  if (auto reason = check_common(graph, node)) {
+  if (auto reason = check_common(graph, node, entry->op_class)) {
     decision.reason = *reason;
     return decision;
   }

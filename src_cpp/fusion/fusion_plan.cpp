@@ -3,6 +3,7 @@
 #include <memory>
 #include <sstream>
 
+#include "fusion/attention_planner.h"
 #include "fusion/claimed_groups.h"
 #include "fusion/graph_index.h"
 #include "fusion/matmul_planner.h"
@@ -18,6 +19,7 @@ std::string_view kernel_kind_name(KernelKind kind) {
     case KernelKind::Reduction: return "reduction";
     case KernelKind::Norm: return "norm";
     case KernelKind::Matmul: return "matmul";
+    case KernelKind::Attention: return "attention";
   }
   return "unknown";
 }
@@ -66,15 +68,17 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
     const bool cuda = any_cuda_node(graph, nodes);
-    const bool engines = cuda && (options.matmul || options.generated_kernels);
+    const bool engines = cuda && (options.matmul || options.generated_kernels || options.attention);
     if (engines && !index) {
       index = std::make_unique<GraphIndex>(graph);
       matmul = std::make_unique<MatmulPlanner>(*index, options.autotune);
       pointwise = std::make_unique<PointwisePlanner>(*index, options);
     }
-    // Claiming planners in order (Note [Claimed groups]): products first,
-    // then reductions and norms; elementwise groups grow around them.
+    // Claiming planners in order (Note [Claimed groups]): attention first
+    // (its products and softmax are one cuDNN graph), then products, then
+    // reductions and norms; elementwise groups grow around them.
     ClaimedGroups claimed;
+    if (cuda && options.attention) claim_attention_groups(*index, nodes, claimed);
     if (cuda && options.matmul) matmul->claim(nodes, claimed);
     if (cuda && options.generated_kernels) claim_reduction_groups(*index, nodes, claimed);
     if (cuda && (options.generated_kernels || !claimed.groups().empty())) {

@@ -8,7 +8,9 @@
 // call each (matmul_planner.h, docs/design/0005-matmul-engine.md),
 // reductions with their elementwise prologue/epilogue and row-wise
 // normalizations (softmax, layer norm, RMS norm) become one generated kernel
-// each (reduction_planner.h, docs/design/0006-reduction-fusion.md), and
+// each (reduction_planner.h, docs/design/0006-reduction-fusion.md),
+// attention becomes one cuDNN SDPA graph (attention_planner.h,
+// docs/design/0009-attention.md), and
 // maximal convex groups of the remaining elementwise nodes become one
 // generated pointwise kernel each (pointwise_planner.h,
 // docs/design/0004-fusion-planner.md). The first two claim their nodes
@@ -25,12 +27,13 @@
 
 #include "capability/registry.h"
 #include "codegen/kernel_spec.h"
+#include "fusion/attention_spec.h"
 #include "fusion/matmul_spec.h"
 #include "partition/partitioner.h"
 
 namespace mybackend {
 
-enum class KernelKind : std::int8_t { AtenSequence, Pointwise, Reduction, Norm, Matmul };
+enum class KernelKind : std::int8_t { AtenSequence, Pointwise, Reduction, Norm, Matmul, Attention };
 
 std::string_view kernel_kind_name(KernelKind kind);
 
@@ -96,8 +99,9 @@ struct KernelGroup {
   std::shared_ptr<const ReductionGroup> reduction;  // kind == Reduction
   std::shared_ptr<const NormGroup> norm;            // kind == Norm
   std::shared_ptr<const MatmulSpec> matmul;         // kind == Matmul
+  std::shared_ptr<const AttentionSpec> attention;   // kind == Attention
   // The spec text (of the fast variant for generated groups, or
-  // MatmulSpec::to_string); empty for aten_sequence groups.
+  // MatmulSpec::to_string, AttentionSpec::to_string); empty for aten_sequence groups.
   std::string spec;
 };
 
@@ -124,6 +128,9 @@ struct FusionOptions {
   bool matmul = true;
   // Library algorithms chosen by timing, not by heuristic (option autotune).
   bool autotune = false;
+  // Attention (the aten SDPA ops and the decomposed matmul-softmax-matmul
+  // pattern) of CUDA partitions as cuDNN SDPA graphs (option cudnn_attention).
+  bool attention = true;
 };
 
 FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,

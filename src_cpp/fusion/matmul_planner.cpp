@@ -3,8 +3,19 @@
 #include <algorithm>
 #include <optional>
 
+#include "fusion/ir_match.h"
+
 namespace mybackend {
 namespace {
+
+using ir_match::int_list_arg;
+using ir_match::is_shape_view;
+using ir_match::normalize_dim;
+using ir_match::same_dim;
+using ir_match::same_shape;
+using ir_match::scalar;
+using ir_match::swaps_last_two_dims;
+using ir_match::tensor_arg;
 
 bool is_product_op(const std::string& op) {
   return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
@@ -21,83 +32,6 @@ bool is_batched(const std::string& op) {
 
 bool matmul_dtype(DType dtype) {
   return dtype == DType::Float16 || dtype == DType::BFloat16 || dtype == DType::Float32;
-}
-
-std::optional<double> scalar(const Argument& arg) {
-  if (arg.kind == Argument::Kind::Int) return static_cast<double>(arg.i);
-  if (arg.kind == Argument::Kind::Float) return arg.f;
-  if (arg.kind == Argument::Kind::Bool) return arg.b ? 1.0 : 0.0;
-  return std::nullopt;
-}
-
-// The tensor value an argument names, or -1.
-ValueId tensor_arg(const Graph& graph, const Node& node, std::size_t index) {
-  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::Value) return -1;
-  const ValueId v = node.args[index].value;
-  return graph.value(v).kind == ValueKind::Tensor ? v : -1;
-}
-
-std::optional<std::int64_t> int_arg(const Node& node, std::size_t index) {
-  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::Int)
-    return std::nullopt;
-  return node.args[index].i;
-}
-
-std::optional<std::vector<std::int64_t>> int_list_arg(const Node& node, std::size_t index) {
-  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::List)
-    return std::nullopt;
-  std::vector<std::int64_t> out;
-  for (const Argument& item : node.args[index].items) {
-    if (item.kind != Argument::Kind::Int) return std::nullopt;
-    out.push_back(item.i);
-  }
-  return out;
-}
-
-std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank) {
-  return dim < 0 ? dim + rank : dim;
-}
-
-// t, transpose.int or permute that swaps exactly the last two dims.
-bool swaps_last_two_dims(const Graph& graph, const Node& node) {
-  if (node.kind != NodeKind::Aten) return false;
-  const ValueId in = tensor_arg(graph, node, 0);
-  if (in < 0) return false;
-  const std::int64_t rank = graph.value(in).tensor.rank();
-  if (rank < 2) return false;
-  if (node.op == "aten::t.default") return rank == 2;
-  if (node.op == "aten::transpose.int") {
-    const auto d0 = int_arg(node, 1), d1 = int_arg(node, 2);
-    if (!d0 || !d1) return false;
-    const std::int64_t a = normalize_dim(*d0, rank), b = normalize_dim(*d1, rank);
-    return std::min(a, b) == rank - 2 && std::max(a, b) == rank - 1;
-  }
-  if (node.op == "aten::permute.default") {
-    const auto dims = int_list_arg(node, 1);
-    if (!dims || static_cast<std::int64_t>(dims->size()) != rank) return false;
-    for (std::int64_t d = 0; d < rank; ++d) {
-      const std::int64_t want = d < rank - 2 ? d : (d == rank - 2 ? rank - 1 : rank - 2);
-      if (normalize_dim((*dims)[static_cast<std::size_t>(d)], rank) != want) return false;
-    }
-    return true;
-  }
-  return false;
-}
-
-bool is_shape_view(const Node& node) {
-  return node.kind == NodeKind::Aten &&
-         (node.op == "aten::view.default" || node.op == "aten::_unsafe_view.default" ||
-          node.op == "aten::reshape.default");
-}
-
-bool same_dim(const Dim& a, const Dim& b) { return a.str() == b.str(); }
-
-bool same_shape(const TensorType& a, const TensorType& b) {
-  if (a.rank() != b.rank()) return false;
-  for (std::size_t d = 0; d < a.sizes.size(); ++d) {
-    if (!same_dim(a.sizes[d], b.sizes[d])) return false;
-  }
-  return true;
 }
 
 }  // namespace

@@ -7,6 +7,9 @@ list(APPEND CORE_SOURCES
   fusion/claimed_groups.cpp
   fusion/matmul_spec.cpp
   fusion/matmul_planner.cpp
+  fusion/ir_match.cpp
+  fusion/attention_spec.cpp
+  fusion/attention_planner.cpp
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
   fusion/reduction_planner.cpp)

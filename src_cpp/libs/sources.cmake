@@ -13,5 +13,6 @@ endif()
 if(MYBACKEND_WITH_CUDNN)
   list(APPEND RUNTIME_SOURCES
     libs/cudnn_check.cpp
-    libs/cudnn_handles.cpp)
+    libs/cudnn_handles.cpp
+    libs/cudnn_sdpa.cpp)
 endif()

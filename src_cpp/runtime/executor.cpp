@@ -37,12 +37,17 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
                              (group.kind == KernelKind::Reduction && group.reduction) ||
                              (group.kind == KernelKind::Norm && group.norm);
       const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
-      if (!generated && !matmul) continue;
+      const bool attention = group.kind == KernelKind::Attention && group.attention;
+      if (!generated && !matmul && !attention) continue;
       EngineGroup entry;
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);
       if (matmul) {
         MatmulRunnerResult made = make_matmul_runner(*graph_, group.matmul);
+        entry.runner = std::move(made.runner);
+        entry.status.problem = std::move(made.problem);
+      } else if (attention) {
+        AttentionRunnerResult made = make_attention_runner(*graph_, group.attention);
         entry.runner = std::move(made.runner);
         entry.status.problem = std::move(made.problem);
       } else {
@@ -86,6 +91,8 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
       calls_.emplace_back(*graph_, graph_->node(id));
     }
     if (group.kind == KernelKind::Matmul && group.matmul) step.reads = group.matmul->inputs();
+    if (group.kind == KernelKind::Attention && group.attention)
+      step.reads = group.attention->inputs();
     steps_.push_back(std::move(step));
   }
 }
@@ -204,6 +211,11 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
     (ran ? counters_.matmul : counters_.matmul_fallbacks).fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  if (kind == KernelKind::Attention) {
+    (ran ? counters_.attention : counters_.attention_fallbacks)
+        .fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (!ran) {
     counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -214,7 +226,8 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
     case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
     case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
     case KernelKind::AtenSequence:
-    case KernelKind::Matmul: break;
+    case KernelKind::Matmul:
+    case KernelKind::Attention: break;
   }
 }
 
@@ -250,6 +263,8 @@ ExecutionStats Executor::stats() const {
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   stats.matmul_groups_run = counters_.matmul.load();
   stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
+  stats.attention_groups_run = counters_.attention.load();
+  stats.attention_fallbacks = counters_.attention_fallbacks.load();
   return stats;
 }
 

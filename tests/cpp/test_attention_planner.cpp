@@ -1,0 +1,271 @@
+// Stage 7: the attention planner (cuDNN SDPA groups) on hand-built IR graphs
+// shaped like aot_autograd's on CUDA (no torch, no GPU).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "fusion/attention_spec.h"
+#include "fusion/fusion_plan.h"
+#include "fusion_graphs.h"
+#include "ir/graph.h"
+
+namespace mybackend {
+namespace {
+
+const DType BF16 = DType::BFloat16;
+const char* kFlash = "aten::_scaled_dot_product_flash_attention.default";
+const char* kEfficientBackward = "aten::_scaled_dot_product_efficient_attention_backward.default";
+
+Argument f(double x) { return Argument::of_float(x); }
+Argument flag(bool x) { return Argument::of_bool(x); }
+Argument none() { return Argument{}; }
+
+GraphBuilder::OutputSpec int_out() { return {ValueKind::Int, {}, std::nullopt, "int"}; }
+GraphBuilder::OutputSpec opaque_out() { return {ValueKind::Opaque, {}, std::nullopt, "none"}; }
+
+// Matmul groups stay on (the default), generated kernels off: the attention
+// planner must take its products before the matmul planner sees them.
+FusionOptions defaults() { return FusionOptions{}; }
+
+const KernelGroup& only_attention(const Planned& p) {
+  auto groups = p.groups(KernelKind::Attention);
+  EXPECT_EQ(groups.size(), 1u) << p.plan.to_string();
+  return *groups.at(0);
+}
+
+std::string all_whys(const Planned& p) {
+  std::string text;
+  for (const auto& partition : p.plan.partitions)
+    for (const auto& g : partition.groups) text += g.why + "\n";
+  return text;
+}
+
+// q, k, v [2, 4, 128, 64] and flash's nine outputs.
+struct Flash {
+  GraphBuilder b;
+  ValueId q, k, vv;
+  std::vector<ValueId> outs;
+  explicit Flash(double dropout = 0.0, bool causal = true, DType dtype = BF16) {
+    q = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "q"));
+    k = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "k"));
+    vv = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "v"));
+    outs = b.add_node(
+        NodeKind::Aten, kFlash, {v(q), v(k), v(vv), f(dropout), flag(causal), flag(false), none()},
+        {out(tensor(dtype, {2, 4, 128, 64})), out(tensor(DType::Float32, {2, 4, 128})),
+         opaque_out(), opaque_out(), int_out(), int_out(), out(tensor(DType::UInt64, {2}, "meta")),
+         out(tensor(DType::UInt64, {}, "meta")), out(tensor(dtype, {0}))},
+        "flash");
+  }
+};
+
+TEST(AttentionPlanner, FlashForwardInInferenceIsOneGroupWithoutStats) {
+  Flash g;
+  g.b.set_outputs({v(g.outs[0])});
+  Planned p = plan(g.b, defaults());
+  const KernelGroup& group = only_attention(p);
+  EXPECT_EQ(group.nodes, (std::vector<NodeId>{0}));
+  const AttentionSpec& spec = *group.attention;
+  EXPECT_EQ(spec.source, AttentionSource::FlashForward);
+  EXPECT_EQ(spec.q, g.q);
+  EXPECT_EQ(spec.k, g.k);
+  EXPECT_EQ(spec.v, g.vv);
+  EXPECT_TRUE(spec.causal);
+  EXPECT_DOUBLE_EQ(spec.scale, 0.125);  // None: 1/sqrt(64)
+  EXPECT_EQ(spec.out, g.outs[0]);
+  EXPECT_EQ(spec.logsumexp, -1);  // nobody reads it: cuDNN computes no Stats
+  EXPECT_TRUE(spec.extra_outputs.empty());
+  EXPECT_NE(group.spec.find("attention flash_forward"), std::string::npos) << group.spec;
+}
+
+TEST(AttentionPlanner, FlashForwardInTrainingProducesWhatTheBackwardReads) {
+  Flash g;
+  // aot's forward returns what the backward saves: out, logsumexp, the
+  // sequence lengths and the RNG state.
+  g.b.set_outputs({v(g.outs[0]), v(g.outs[1]), v(g.outs[4]), v(g.outs[6]), v(g.outs[7])});
+  Planned p = plan(g.b, defaults());
+  const AttentionSpec& spec = *only_attention(p).attention;
+  EXPECT_EQ(spec.logsumexp, g.outs[1]);
+  EXPECT_EQ(spec.extra_outputs, (std::vector<ValueId>{g.outs[4], g.outs[6], g.outs[7]}));
+}
+
+TEST(AttentionPlanner, DropoutFallsBackToTheAtenOpWithItsReason) {
+  Flash g(/*dropout=*/0.1);
+  g.b.set_outputs({v(g.outs[0])});
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_NE(all_whys(p).find("dropout_p is not the literal 0"), std::string::npos) << all_whys(p);
+}
+
+TEST(AttentionPlanner, Float32IsRefused) {
+  Flash g(0.0, false, DType::Float32);
+  g.b.set_outputs({v(g.outs[0])});
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_NE(all_whys(p).find("cuDNN SDPA takes f16 and bf16"), std::string::npos);
+}
+
+TEST(AttentionPlanner, OptionOffPlansNoAttention) {
+  Flash g;
+  g.b.set_outputs({v(g.outs[0])});
+  FusionOptions options;
+  options.attention = false;
+  Planned p = plan(g.b, options);
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+}
+
+// The efficient backward, as aot's backward graph has it for a masked sdpa.
+struct EfficientBackward {
+  GraphBuilder b;
+  ValueId grad, q, k, v_, bias, o, lse;
+  std::vector<ValueId> outs;
+  explicit EfficientBackward(bool grad_bias) {
+    const TensorType bhsd = tensor(BF16, {2, 4, 77, 64});
+    grad = b.add_input(out(bhsd, "grad"));
+    q = b.add_input(out(bhsd, "q"));
+    k = b.add_input(out(bhsd, "k"));
+    v_ = b.add_input(out(bhsd, "v"));
+    bias = b.add_input(out(tensor(BF16, {2, 4, 77, 77}), "bias"));
+    o = b.add_input(out(bhsd, "o"));
+    lse = b.add_input(out(tensor(DType::Float32, {2, 4, 96}), "lse"));  // padded to 32
+    const ValueId seed = b.add_input(out(tensor(DType::Int64, {}), "seed"));
+    const ValueId offset = b.add_input(out(tensor(DType::Int64, {}), "offset"));
+    std::vector<Argument> mask{flag(true), flag(true), flag(true), flag(grad_bias)};
+    outs = b.add_node(NodeKind::Aten, kEfficientBackward,
+                      {v(grad), v(q), v(k), v(v_), v(bias), v(o), v(lse), v(seed), v(offset),
+                       f(0.0), Argument::of_list(mask), flag(false), f(0.125)},
+                      {out(bhsd), out(bhsd), out(bhsd),
+                       grad_bias ? out(tensor(BF16, {2, 4, 77, 77})) : opaque_out()},
+                      "efficient_backward");
+    std::vector<Argument> results{v(outs[0]), v(outs[1]), v(outs[2])};
+    if (grad_bias) results.push_back(v(outs[3]));
+    b.set_outputs(results);
+  }
+};
+
+TEST(AttentionPlanner, EfficientBackwardWithBiasIsOneGroup) {
+  EfficientBackward g(false);
+  Planned p = plan(g.b, defaults());
+  const AttentionSpec& spec = *only_attention(p).attention;
+  EXPECT_EQ(spec.source, AttentionSource::EfficientBackward);
+  EXPECT_EQ(spec.grad_out, g.grad);
+  EXPECT_EQ(spec.bias, g.bias);
+  EXPECT_EQ(spec.out, g.o);
+  EXPECT_EQ(spec.logsumexp, g.lse);
+  EXPECT_EQ(spec.grad_q, g.outs[0]);
+  EXPECT_EQ(spec.grad_v, g.outs[2]);
+  EXPECT_DOUBLE_EQ(spec.scale, 0.125);
+  EXPECT_EQ(spec.inputs(), (std::vector<ValueId>{g.q, g.k, g.v_, g.bias, g.o, g.lse, g.grad}));
+}
+
+TEST(AttentionPlanner, BiasGradientFallsBack) {
+  EfficientBackward g(true);
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_NE(all_whys(p).find("bias gradient"), std::string::npos) << all_whys(p);
+}
+
+// matmul(q, kᵀ) / 8 (+ mask) -> softmax -> matmul(·, v), as aot decomposes it.
+struct Decomposed {
+  GraphBuilder b;
+  ValueId q, k, v_, mask = -1, probs = -1, result = -1;
+  int nodes = 0;
+  ValueId node(const char* op, std::vector<Argument> args, const TensorType& t) {
+    ++nodes;
+    return b.add_node(NodeKind::Aten, op, std::move(args), {out(t)}, op)[0];
+  }
+  // [2,4,S,D] -> expand -> view [8,S,D]
+  ValueId flatten(ValueId x, std::vector<std::int64_t> sizes, DType dtype) {
+    const ValueId e = node("aten::expand.default", {v(x), ints(sizes)}, tensor(dtype, sizes));
+    std::vector<std::int64_t> flat{sizes[0] * sizes[1], sizes[2], sizes[3]};
+    return node("aten::view.default", {v(e), ints(flat)}, tensor(dtype, flat));
+  }
+  explicit Decomposed(bool with_mask, DType dtype = BF16, bool softmax_is_output = false) {
+    q = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "q"));
+    k = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "k"));
+    v_ = b.add_input(out(tensor(dtype, {2, 4, 128, 64}), "v"));
+    if (with_mask) mask = b.add_input(out(tensor(dtype, {2, 1, 128, 128}), "mask"));
+    const ValueId kt =
+        node("aten::permute.default", {v(k), ints({0, 1, 3, 2})}, tensor(dtype, {2, 4, 64, 128}));
+    const ValueId qf = flatten(q, {2, 4, 128, 64}, dtype);
+    const ValueId kf = flatten(kt, {2, 4, 64, 128}, dtype);
+    const ValueId s3 = node("aten::bmm.default", {v(qf), v(kf)}, tensor(dtype, {8, 128, 128}));
+    const TensorType scores = tensor(dtype, {2, 4, 128, 128});
+    ValueId s = node("aten::view.default", {v(s3), ints({2, 4, 128, 128})}, scores);
+    s = node("aten::div.Tensor", {v(s), f(8.0)}, scores);
+    if (with_mask) s = node("aten::add.Tensor", {v(s), v(mask), Argument::of_int(1)}, scores);
+    probs = node("aten::_softmax.default", {v(s), Argument::of_int(-1), flag(false)}, scores);
+    const ValueId pf = flatten(probs, {2, 4, 128, 128}, dtype);
+    const ValueId vf = flatten(v_, {2, 4, 128, 64}, dtype);
+    const ValueId o3 = node("aten::bmm.default", {v(pf), v(vf)}, tensor(dtype, {8, 128, 64}));
+    result =
+        node("aten::view.default", {v(o3), ints({2, 4, 128, 64})}, tensor(dtype, {2, 4, 128, 64}));
+    std::vector<Argument> outputs{v(result)};
+    if (softmax_is_output) outputs.push_back(v(probs));
+    b.set_outputs(outputs);
+  }
+};
+
+TEST(AttentionPlanner, DecomposedPatternWithMaskIsOneGroup) {
+  Decomposed g(true);
+  Planned p = plan(g.b, defaults());
+  const KernelGroup& group = only_attention(p);
+  EXPECT_EQ(static_cast<int>(group.nodes.size()), g.nodes);  // every node of the chain
+  EXPECT_TRUE(p.groups(KernelKind::Matmul).empty()) << p.plan.to_string();
+  const AttentionSpec& spec = *group.attention;
+  EXPECT_EQ(spec.source, AttentionSource::Decomposed);
+  EXPECT_EQ(spec.q, g.q);
+  EXPECT_EQ(spec.k, g.k);  // K itself: the transpose is seen through
+  EXPECT_EQ(spec.v, g.v_);
+  EXPECT_EQ(spec.bias, g.mask);
+  EXPECT_FALSE(spec.causal);
+  EXPECT_DOUBLE_EQ(spec.scale, 0.125);
+  EXPECT_EQ(spec.out, g.result);
+  EXPECT_EQ(spec.logsumexp, -1);
+}
+
+TEST(AttentionPlanner, DecomposedPatternWithoutMask) {
+  Decomposed g(false);
+  Planned p = plan(g.b, defaults());
+  const AttentionSpec& spec = *only_attention(p).attention;
+  EXPECT_EQ(spec.bias, -1);
+  EXPECT_DOUBLE_EQ(spec.scale, 0.125);
+}
+
+TEST(AttentionPlanner, SoftmaxWithAnotherReaderIsNotTaken) {
+  // Training saves the probabilities for the backward: the group would have
+  // to produce them, so the products stay the matmul planner's.
+  Decomposed g(true, BF16, /*softmax_is_output=*/true);
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty()) << p.plan.to_string();
+  EXPECT_EQ(p.groups(KernelKind::Matmul).size(), 2u) << p.plan.to_string();
+}
+
+TEST(AttentionPlanner, Float32PatternIsRefusedAndLeftToTheMatmulPlanner) {
+  Decomposed g(true, DType::Float32);
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_EQ(p.groups(KernelKind::Matmul).size(), 2u) << p.plan.to_string();
+}
+
+TEST(AttentionPlanner, ProductsOfOtherShapesAreNotAttention) {
+  // bmm(x, w) -> softmax -> bmm on 3-D inputs (no [B, H] flattening): not matched.
+  GraphBuilder b;
+  const ValueId x = b.add_input(out(tensor(BF16, {8, 128, 64}), "x"));
+  const ValueId w = b.add_input(out(tensor(BF16, {8, 64, 128}), "w"));
+  const ValueId y = b.add_input(out(tensor(BF16, {8, 128, 64}), "y"));
+  const ValueId s = b.add_node(NodeKind::Aten, "aten::bmm.default", {v(x), v(w)},
+                               {out(tensor(BF16, {8, 128, 128}))}, "bmm")[0];
+  const ValueId pr = b.add_node(NodeKind::Aten, "aten::_softmax.default",
+                                {v(s), Argument::of_int(-1), flag(false)},
+                                {out(tensor(BF16, {8, 128, 128}))}, "softmax")[0];
+  const ValueId o = b.add_node(NodeKind::Aten, "aten::bmm.default", {v(pr), v(y)},
+                               {out(tensor(BF16, {8, 128, 64}))}, "bmm_1")[0];
+  b.set_outputs({v(o)});
+  Planned p = plan(b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_EQ(p.groups(KernelKind::Matmul).size(), 2u);
+}
+
+}  // namespace
+}  // namespace mybackend
