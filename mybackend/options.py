@@ -95,10 +95,12 @@ class Options:
         True,
     )
     cudnn_attention: bool = _field(
-        True,
-        "Run attention of CUDA partitions (the aten flash and memory-efficient SDPA ops, "
-        "forward and backward, and the matmul-softmax-matmul pattern of inference graphs) "
-        "as cuDNN SDPA graphs; where cuDNN cannot, the aten kernel runs. Off: the aten ops.",
+        False,
+        "Experimental, off by default: run attention of CUDA partitions (the aten flash and "
+        "memory-efficient SDPA ops, forward and backward, and the matmul-softmax-matmul "
+        "pattern of inference graphs) as cuDNN SDPA graphs; where cuDNN cannot, the aten "
+        "kernel runs. On an H100 (2026-11-22) its first backward aborted the process and its "
+        "forward was slower than eager's kernel (docs/design/0009-attention.md).",
         True,
     )
     max_cuda_graphs: int = _field(
