@@ -14,4 +14,6 @@ if(MYBACKEND_WITH_CUDNN)
   list(APPEND RUNTIME_SOURCES
     libs/cudnn_check.cpp
     libs/cudnn_handles.cpp)
+  # Convolution graphs: the only source that includes cudnn_frontend.h.
+  list(APPEND RUNTIME_SOURCES libs/cudnn_conv.cpp)
 endif()
