@@ -3,8 +3,18 @@
 #include <algorithm>
 #include <optional>
 
+#include "fusion/node_args.h"
+
 namespace mybackend {
 namespace {
+
+using node_args::int_arg;
+using node_args::int_list_arg;
+using node_args::normalize_dim;
+using node_args::same_dim;
+using node_args::same_shape;
+using node_args::scalar;
+using node_args::tensor_arg;
 
 bool is_product_op(const std::string& op) {
   return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
@@ -21,41 +31,6 @@ bool is_batched(const std::string& op) {
 
 bool matmul_dtype(DType dtype) {
   return dtype == DType::Float16 || dtype == DType::BFloat16 || dtype == DType::Float32;
-}
-
-std::optional<double> scalar(const Argument& arg) {
-  if (arg.kind == Argument::Kind::Int) return static_cast<double>(arg.i);
-  if (arg.kind == Argument::Kind::Float) return arg.f;
-  if (arg.kind == Argument::Kind::Bool) return arg.b ? 1.0 : 0.0;
-  return std::nullopt;
-}
-
-// The tensor value an argument names, or -1.
-ValueId tensor_arg(const Graph& graph, const Node& node, std::size_t index) {
-  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::Value) return -1;
-  const ValueId v = node.args[index].value;
-  return graph.value(v).kind == ValueKind::Tensor ? v : -1;
-}
-
-std::optional<std::int64_t> int_arg(const Node& node, std::size_t index) {
-  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::Int)
-    return std::nullopt;
-  return node.args[index].i;
-}
-
-std::optional<std::vector<std::int64_t>> int_list_arg(const Node& node, std::size_t index) {
-  if (index >= node.args.size() || node.args[index].kind != Argument::Kind::List)
-    return std::nullopt;
-  std::vector<std::int64_t> out;
-  for (const Argument& item : node.args[index].items) {
-    if (item.kind != Argument::Kind::Int) return std::nullopt;
-    out.push_back(item.i);
-  }
-  return out;
-}
-
-std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank) {
-  return dim < 0 ? dim + rank : dim;
 }
 
 // t, transpose.int or permute that swaps exactly the last two dims.
@@ -88,16 +63,6 @@ bool is_shape_view(const Node& node) {
   return node.kind == NodeKind::Aten &&
          (node.op == "aten::view.default" || node.op == "aten::_unsafe_view.default" ||
           node.op == "aten::reshape.default");
-}
-
-bool same_dim(const Dim& a, const Dim& b) { return a.str() == b.str(); }
-
-bool same_shape(const TensorType& a, const TensorType& b) {
-  if (a.rank() != b.rank()) return false;
-  for (std::size_t d = 0; d < a.sizes.size(); ++d) {
-    if (!same_dim(a.sizes[d], b.sizes[d])) return false;
-  }
-  return true;
 }
 
 }  // namespace
