@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "fusion/claimed_groups.h"
+#include "fusion/conv_planner.h"
 #include "fusion/graph_index.h"
 #include "fusion/matmul_planner.h"
 #include "fusion/pointwise_planner.h"
@@ -18,6 +19,7 @@ std::string_view kernel_kind_name(KernelKind kind) {
     case KernelKind::Reduction: return "reduction";
     case KernelKind::Norm: return "norm";
     case KernelKind::Matmul: return "matmul";
+    case KernelKind::Conv: return "conv";
   }
   return "unknown";
 }
@@ -60,22 +62,26 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
   // Built on the first CUDA partition an engine looks at; shared by all.
   std::unique_ptr<GraphIndex> index;
   std::unique_ptr<MatmulPlanner> matmul;
+  std::unique_ptr<ConvPlanner> conv;
   std::unique_ptr<PointwisePlanner> pointwise;
   for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
     PartitionPlan partition_plan;
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
     const bool cuda = any_cuda_node(graph, nodes);
-    const bool engines = cuda && (options.matmul || options.generated_kernels);
+    const bool engines = cuda && (options.matmul || options.conv || options.generated_kernels);
     if (engines && !index) {
       index = std::make_unique<GraphIndex>(graph);
       matmul = std::make_unique<MatmulPlanner>(*index);
+      conv = std::make_unique<ConvPlanner>(*index);
       pointwise = std::make_unique<PointwisePlanner>(*index, options);
     }
-    // Claiming planners in order (Note [Claimed groups]): products first,
-    // then reductions and norms; elementwise groups grow around them.
+    // Claiming planners in order (Note [Claimed groups]): products and
+    // convolutions first, then reductions and norms; elementwise groups grow
+    // around them.
     ClaimedGroups claimed;
     if (cuda && options.matmul) matmul->claim(nodes, claimed);
+    if (cuda && options.conv) conv->claim(nodes, claimed);
     if (cuda && options.generated_kernels) claim_reduction_groups(*index, nodes, claimed);
     if (cuda && (options.generated_kernels || !claimed.groups().empty())) {
       partition_plan.groups = pointwise->plan(nodes, claimed);

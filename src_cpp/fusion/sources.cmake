@@ -7,6 +7,8 @@ list(APPEND CORE_SOURCES
   fusion/claimed_groups.cpp
   fusion/matmul_spec.cpp
   fusion/matmul_planner.cpp
+  fusion/conv_spec.cpp
+  fusion/conv_planner.cpp
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
   fusion/reduction_planner.cpp)
