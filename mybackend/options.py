@@ -80,6 +80,13 @@ class Options:
         "they run as ATen calls.",
         True,
     )
+    cudnn: bool = _field(
+        True,
+        "Run convolutions of CUDA partitions (forward, with bias, inference batch norm, "
+        "residual add and ReLU fused, and backward) as cuDNN frontend graphs with plans cached "
+        "per shape signature (CUDA engine II). Off: they run as ATen calls.",
+        True,
+    )
     max_cuda_graphs: int = _field(
         8, "Most input signatures one compiled graph captures; later ones run uncaptured."
     )
@@ -152,6 +159,7 @@ class Options:
             "min_fused_nodes": self.min_fused_nodes,
             "kernel_cache_dir": self.kernel_cache_location(),
             "cublaslt": self.cublaslt,
+            "cudnn": self.cudnn,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
             "disabled_op_classes": list(self.disabled_op_classes),

@@ -24,7 +24,8 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 
 // Prepares every engine group of the plan, in plan order. Generated
 // kernels compile at once (NVRTC in parallel, through the kernel cache);
-// matmul groups only get their runner (cuBLASLt is asked on the first run).
+// matmul and conv groups only get their runner (cuBLASLt / cuDNN are asked
+// on the first run).
 // Groups that cannot be prepared keep only their ATen form.
 void Executor::prepare_engine_groups(const FusionPlan& fusion,
                                      const KernelCacheLocation& kernel_cache) {
@@ -37,12 +38,17 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
                              (group.kind == KernelKind::Reduction && group.reduction) ||
                              (group.kind == KernelKind::Norm && group.norm);
       const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
-      if (!generated && !matmul) continue;
+      const bool conv = group.kind == KernelKind::Conv && group.conv;
+      if (!generated && !matmul && !conv) continue;
       EngineGroup entry;
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);
       if (matmul) {
         MatmulRunnerResult made = make_matmul_runner(*graph_, group.matmul);
+        entry.runner = std::move(made.runner);
+        entry.status.problem = std::move(made.problem);
+      } else if (conv) {
+        ConvRunnerResult made = make_conv_runner(*graph_, group.conv);
         entry.runner = std::move(made.runner);
         entry.status.problem = std::move(made.problem);
       } else {
@@ -86,6 +92,7 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
       calls_.emplace_back(*graph_, graph_->node(id));
     }
     if (group.kind == KernelKind::Matmul && group.matmul) step.reads = group.matmul->inputs();
+    if (group.kind == KernelKind::Conv && group.conv) step.reads = group.conv->inputs();
     steps_.push_back(std::move(step));
   }
 }
@@ -204,6 +211,10 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
     (ran ? counters_.matmul : counters_.matmul_fallbacks).fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  if (kind == KernelKind::Conv) {
+    (ran ? counters_.conv : counters_.conv_fallbacks).fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (!ran) {
     counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -214,7 +225,8 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
     case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
     case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
     case KernelKind::AtenSequence:
-    case KernelKind::Matmul: break;
+    case KernelKind::Matmul:
+    case KernelKind::Conv: break;
   }
 }
 
@@ -250,6 +262,8 @@ ExecutionStats Executor::stats() const {
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   stats.matmul_groups_run = counters_.matmul.load();
   stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
+  stats.conv_groups_run = counters_.conv.load();
+  stats.conv_fallbacks = counters_.conv_fallbacks.load();
   return stats;
 }
 

@@ -19,6 +19,7 @@
 #include "ir/graph.h"
 #include "partition/partitioner.h"
 #include "runtime/aten_call.h"
+#include "runtime/conv_group.h"
 #include "runtime/generated_kernel.h"
 #include "runtime/matmul_group.h"
 #include "runtime/symbol_binder.h"
@@ -49,6 +50,10 @@ struct ExecutionStats {
   // Matmul groups that ran their ATen form instead, for one call
   // (Note [Matmul fallback] in matmul_group.h).
   std::int64_t matmul_fallbacks = 0;
+  // cuDNN convolution groups run (one per conv group run on the GPU), and
+  // those that ran their ATen form instead (Note [Conv fallback] in conv_group.h).
+  std::int64_t conv_groups_run = 0;
+  std::int64_t conv_fallbacks = 0;
 };
 
 // A group run by an engine (generated pointwise, reduction or norm kernel,
@@ -92,7 +97,7 @@ class Executor {
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
         generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
-        generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0};
+        generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0}, conv{0}, conv_fallbacks{0};
   };
 
   void prepare_engine_groups(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);
