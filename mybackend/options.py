@@ -103,6 +103,13 @@ class Options:
         "forward was slower than eager's kernel (docs/design/0009-attention.md).",
         True,
     )
+    cudnn: bool = _field(
+        True,
+        "Run convolutions of CUDA partitions (forward, with bias, inference batch norm, "
+        "residual add and ReLU fused, and backward) as cuDNN frontend graphs with plans cached "
+        "per shape signature (CUDA engine II). Off: they run as ATen calls.",
+        True,
+    )
     max_cuda_graphs: int = _field(
         8, "Most input signatures one compiled graph captures; later ones run uncaptured."
     )
@@ -178,6 +185,7 @@ class Options:
             "cublaslt": self.cublaslt,
             "autotune": self.autotune,
             "cudnn_attention": self.cudnn_attention,
+            "cudnn": self.cudnn,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
             "disabled_op_classes": list(self.disabled_op_classes),

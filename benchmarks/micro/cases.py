@@ -116,6 +116,57 @@ def _linear_inputs(m: int, k: int, n: int) -> Maker:
     return make
 
 
+def conv_bottleneck(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    w3: torch.Tensor,
+    b3: torch.Tensor,
+) -> torch.Tensor:
+    """A ResNet-50 bottleneck's three convolutions, each + bias + ReLU (BN folded)."""
+    y = torch.relu(F.conv2d(x, w1, b1))
+    y = torch.relu(F.conv2d(y, w2, b2, padding=1))
+    return torch.relu(F.conv2d(y, w3, b3))
+
+
+def _bottleneck_inputs(batch: int, channels: int, width: int, hw: int) -> Maker:
+    """Channels-last bf16 input [batch, channels, hw, hw] and the 1x1, 3x3, 1x1 weights."""
+
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        shapes = [(width, channels, 1, 1), (width, width, 3, 3), (channels, width, 1, 1)]
+        out: list[torch.Tensor] = [torch.randn(batch, channels, hw, hw, generator=gen)]
+        for shape in shapes:
+            fan_in = shape[1] * shape[2] * shape[3]
+            out += [
+                torch.randn(*shape, generator=gen) / fan_in**0.5,
+                torch.randn(shape[0], generator=gen),
+            ]
+        return tuple(
+            t.to(device, torch.bfloat16).contiguous(
+                memory_format=torch.channels_last if t.dim() == 4 else torch.contiguous_format
+            )
+            for t in out
+        )
+
+    return make
+
+
+def _bottleneck_case(stage: str, batch: int, channels: int, width: int, hw: int) -> MicroCase:
+    pixels = batch * hw * hw
+    weights = 2 * channels * width + 9 * width * width
+    return MicroCase(
+        f"conv_bottleneck_{stage}",
+        conv_bottleneck,
+        _bottleneck_inputs(batch, channels, width, hw),
+        (2 * pixels * channels + weights + 2 * width + channels) * BF16,
+        2 * pixels * weights + 2 * pixels * (2 * width + channels),  # MACs, bias + ReLU
+        f"ResNet-50 {stage} bottleneck convs + bias + ReLU, batch {batch}, "
+        f"{channels}->{width}->{width}->{channels} at {hw}x{hw}, channels-last bf16",
+    )
+
+
 POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
 ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
 M, K, N = 8192, 768, 3072
@@ -184,5 +235,7 @@ CASES: dict[str, MicroCase] = {
             ATT_FLOPS * 7 // 2,  # forward, and a backward of five products
             f"SDPA forward+backward, B={ATT_B} H={ATT_H} S={ATT_S} D={ATT_D} bf16",
         ),
+        _bottleneck_case("conv2_x", 32, 256, 64, 56),
+        _bottleneck_case("conv4_x", 32, 1024, 256, 14),
     )
 }

@@ -16,6 +16,7 @@ void bind_capability(py::module_& m);
 void bind_partition(py::module_& m);
 void bind_compile(py::module_& m);
 void bind_matmul(py::module_& m);
+void bind_conv(py::module_& m);
 
 // Shared by the topic files: compile options and reports use them too.
 CapabilityOptions capability_options_from(const py::dict& options);  // compile.cpp

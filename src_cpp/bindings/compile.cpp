@@ -25,11 +25,13 @@ CapabilityOptions capability_options_from(const py::dict& options) {
 namespace {
 
 CompileOptions compile_options_from(const py::dict& options) {
-  static const char* const kKeys[] = {
-      "disabled_ops",    "disabled_op_classes", "min_partition_size", "allow_single_node_partition",
-      "cuda_graphs",     "static_inputs",       "max_cuda_graphs",    "generated_kernels",
-      "min_fused_nodes", "kernel_cache_dir",    "cublaslt",           "autotune",
-      "cudnn_attention"};
+  static const char* const kKeys[] = {"disabled_ops",       "disabled_op_classes",
+                                      "min_partition_size", "allow_single_node_partition",
+                                      "cuda_graphs",        "static_inputs",
+                                      "max_cuda_graphs",    "generated_kernels",
+                                      "min_fused_nodes",    "kernel_cache_dir",
+                                      "cublaslt",           "autotune",
+                                      "cudnn_attention",    "cudnn"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -67,6 +69,7 @@ CompileOptions compile_options_from(const py::dict& options) {
   if (options.contains("autotune")) out.fusion.autotune = options["autotune"].cast<bool>();
   if (options.contains("cudnn_attention"))
     out.fusion.attention = options["cudnn_attention"].cast<bool>();
+  if (options.contains("cudnn")) out.fusion.conv = options["cudnn"].cast<bool>();
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }
@@ -191,6 +194,8 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["matmul_fallbacks"] = stats.matmul_fallbacks;
   out["attention_groups_run"] = stats.attention_groups_run;
   out["attention_fallbacks"] = stats.attention_fallbacks;
+  out["conv_groups_run"] = stats.conv_groups_run;
+  out["conv_fallbacks"] = stats.conv_fallbacks;
   return out;
 }
 

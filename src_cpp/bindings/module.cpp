@@ -44,4 +44,5 @@ PYBIND11_MODULE(_C, m) {
   bind_partition(m);
   bind_compile(m);
   bind_matmul(m);
+  bind_conv(m);
 }

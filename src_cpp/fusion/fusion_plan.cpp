@@ -5,6 +5,7 @@
 
 #include "fusion/attention_planner.h"
 #include "fusion/claimed_groups.h"
+#include "fusion/conv_planner.h"
 #include "fusion/graph_index.h"
 #include "fusion/matmul_planner.h"
 #include "fusion/pointwise_planner.h"
@@ -20,6 +21,7 @@ std::string_view kernel_kind_name(KernelKind kind) {
     case KernelKind::Norm: return "norm";
     case KernelKind::Matmul: return "matmul";
     case KernelKind::Attention: return "attention";
+    case KernelKind::Conv: return "conv";
   }
   return "unknown";
 }
@@ -62,24 +64,29 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
   // Built on the first CUDA partition an engine looks at; shared by all.
   std::unique_ptr<GraphIndex> index;
   std::unique_ptr<MatmulPlanner> matmul;
+  std::unique_ptr<ConvPlanner> conv;
   std::unique_ptr<PointwisePlanner> pointwise;
   for (std::size_t p = 0; p < partitions.partitions.size(); ++p) {
     PartitionPlan partition_plan;
     partition_plan.partition = static_cast<int>(p);
     const std::vector<int>& nodes = partitions.partitions[p];
     const bool cuda = any_cuda_node(graph, nodes);
-    const bool engines = cuda && (options.matmul || options.generated_kernels || options.attention);
+    const bool engines =
+        cuda && (options.matmul || options.conv || options.generated_kernels || options.attention);
     if (engines && !index) {
       index = std::make_unique<GraphIndex>(graph);
       matmul = std::make_unique<MatmulPlanner>(*index, options.autotune);
+      conv = std::make_unique<ConvPlanner>(*index);
       pointwise = std::make_unique<PointwisePlanner>(*index, options);
     }
     // Claiming planners in order (Note [Claimed groups]): attention first
-    // (its products and softmax are one cuDNN graph), then products, then
-    // reductions and norms; elementwise groups grow around them.
+    // (its products and softmax are one cuDNN graph), then products and
+    // convolutions, then reductions and norms; elementwise groups grow around
+    // them.
     ClaimedGroups claimed;
     if (cuda && options.attention) claim_attention_groups(*index, nodes, claimed);
     if (cuda && options.matmul) matmul->claim(nodes, claimed);
+    if (cuda && options.conv) conv->claim(nodes, claimed);
     if (cuda && options.generated_kernels) claim_reduction_groups(*index, nodes, claimed);
     if (cuda && (options.generated_kernels || !claimed.groups().empty())) {
       partition_plan.groups = pointwise->plan(nodes, claimed);

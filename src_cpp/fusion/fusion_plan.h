@@ -6,6 +6,8 @@
 // the target: on CPU every group is an ATen sequence; on CUDA, matrix
 // products with their transposed operands and epilogues become one cuBLASLt
 // call each (matmul_planner.h, docs/design/0005-matmul-engine.md),
+// convolutions with their epilogues become one cuDNN graph each
+// (conv_planner.h, docs/design/0008-convolution.md),
 // reductions with their elementwise prologue/epilogue and row-wise
 // normalizations (softmax, layer norm, RMS norm) become one generated kernel
 // each (reduction_planner.h, docs/design/0006-reduction-fusion.md),
@@ -13,7 +15,7 @@
 // docs/design/0009-attention.md), and
 // maximal convex groups of the remaining elementwise nodes become one
 // generated pointwise kernel each (pointwise_planner.h,
-// docs/design/0004-fusion-planner.md). The first two claim their nodes
+// docs/design/0004-fusion-planner.md). The first three claim their nodes
 // before the pointwise planner runs (Note [Claimed groups] in
 // claimed_groups.h).
 #pragma once
@@ -28,12 +30,21 @@
 #include "capability/registry.h"
 #include "codegen/kernel_spec.h"
 #include "fusion/attention_spec.h"
+#include "fusion/conv_spec.h"
 #include "fusion/matmul_spec.h"
 #include "partition/partitioner.h"
 
 namespace mybackend {
 
-enum class KernelKind : std::int8_t { AtenSequence, Pointwise, Reduction, Norm, Matmul, Attention };
+enum class KernelKind : std::int8_t {
+  AtenSequence,
+  Pointwise,
+  Reduction,
+  Norm,
+  Matmul,
+  Attention,
+  Conv
+};
 
 std::string_view kernel_kind_name(KernelKind kind);
 
@@ -100,8 +111,9 @@ struct KernelGroup {
   std::shared_ptr<const NormGroup> norm;            // kind == Norm
   std::shared_ptr<const MatmulSpec> matmul;         // kind == Matmul
   std::shared_ptr<const AttentionSpec> attention;   // kind == Attention
-  // The spec text (of the fast variant for generated groups, or
-  // MatmulSpec::to_string, AttentionSpec::to_string); empty for aten_sequence groups.
+  std::shared_ptr<const ConvSpec> conv;             // kind == Conv
+  // The spec text (of the fast variant for generated groups, or the
+  // Matmul/Attention/ConvSpec's to_string); empty for aten_sequence groups.
   std::string spec;
 };
 
@@ -131,6 +143,9 @@ struct FusionOptions {
   // Attention (the aten SDPA ops and the decomposed matmul-softmax-matmul
   // pattern) of CUDA partitions as cuDNN SDPA graphs (option cudnn_attention).
   bool attention = true;
+  // Convolutions (forward with bias / inference batch norm / residual / relu
+  // epilogues, and backward) of CUDA partitions as cuDNN graphs (option cudnn).
+  bool conv = true;
 };
 
 FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,

@@ -10,6 +10,8 @@ list(APPEND CORE_SOURCES
   fusion/ir_match.cpp
   fusion/attention_spec.cpp
   fusion/attention_planner.cpp
+  fusion/conv_spec.cpp
+  fusion/conv_planner.cpp
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
   fusion/reduction_planner.cpp)

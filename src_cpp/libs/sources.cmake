@@ -14,5 +14,7 @@ if(MYBACKEND_WITH_CUDNN)
   list(APPEND RUNTIME_SOURCES
     libs/cudnn_check.cpp
     libs/cudnn_handles.cpp
-    libs/cudnn_sdpa.cpp)
+    # The frontend graphs: the only sources that include cudnn_frontend.h.
+    libs/cudnn_sdpa.cpp
+    libs/cudnn_conv.cpp)
 endif()

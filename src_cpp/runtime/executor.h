@@ -20,6 +20,7 @@
 #include "partition/partitioner.h"
 #include "runtime/aten_call.h"
 #include "runtime/attention_group.h"
+#include "runtime/conv_group.h"
 #include "runtime/generated_kernel.h"
 #include "runtime/matmul_group.h"
 #include "runtime/symbol_binder.h"
@@ -55,6 +56,10 @@ struct ExecutionStats {
   // fallback] in attention_group.h).
   std::int64_t attention_groups_run = 0;
   std::int64_t attention_fallbacks = 0;
+  // cuDNN convolution groups run (one per conv group run on the GPU), and
+  // those that ran their ATen form instead (Note [Conv fallback] in conv_group.h).
+  std::int64_t conv_groups_run = 0;
+  std::int64_t conv_fallbacks = 0;
 };
 
 // A group run by an engine (generated pointwise, reduction or norm kernel,
@@ -100,6 +105,7 @@ class Executor {
         generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
         generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0}, attention{0},
         attention_fallbacks{0};
+    generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0}, conv{0}, conv_fallbacks{0};
   };
 
   void prepare_engine_groups(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);

@@ -1,0 +1,324 @@
+"""GPU-marked: convolutions through cuDNN frontend graphs (CUDA engine II)
+against eager, on fresh random inputs.
+
+Every test asserts that cuDNN groups actually ran (ExecutionStats'
+conv_groups_run, with no conv_fallbacks), so none can pass by quietly running
+the ATen form; convolutions the planner refuses (transposed, 1-d) assert the
+ATen path instead.
+
+Precisions: bf16 and fp16 compute in fp32 inside cuDNN; fp32 runs twice,
+with TF32 allowed for cuDNN (torch's default, eager uses it too) and with it
+off (then neither side may use tensor cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from mybackend import _C
+from tests.testing import compiled_records
+
+pytestmark = pytest.mark.gpu
+
+# name -> (dtype, TF32 allowed for cuDNN, tolerance)
+PRECISIONS: dict[str, tuple[torch.dtype, bool, dict[str, float]]] = {
+    "bf16": (torch.bfloat16, True, {"rtol": 2e-2, "atol": 2e-2}),
+    "fp16": (torch.float16, True, {"rtol": 1e-2, "atol": 1e-2}),
+    "tf32": (torch.float32, True, {"rtol": 1e-2, "atol": 1e-2}),
+    "fp32": (torch.float32, False, {"rtol": 1e-4, "atol": 1e-4}),
+}
+
+C_IN, C_OUT, BATCH, HW = 16, 32, 2, 12
+
+# name -> (module factory, input shape)
+FORMS: dict[str, tuple[Any, tuple[int, ...]]] = {
+    "3x3": (lambda: nn.Conv2d(C_IN, C_OUT, 3, padding=1), (BATCH, C_IN, HW, HW)),
+    "strided": (lambda: nn.Conv2d(C_IN, C_OUT, 3, stride=2, padding=1), (BATCH, C_IN, HW, HW)),
+    "unpadded": (lambda: nn.Conv2d(C_IN, C_OUT, 5), (BATCH, C_IN, HW, HW)),
+    "dilated": (lambda: nn.Conv2d(C_IN, C_OUT, 3, padding=2, dilation=2), (BATCH, C_IN, HW, HW)),
+    "asymmetric": (
+        lambda: nn.Conv2d(C_IN, C_OUT, (3, 1), stride=(2, 1), padding=(1, 0)),
+        (BATCH, C_IN, HW, HW + 3),
+    ),
+    "grouped": (lambda: nn.Conv2d(C_IN, C_OUT, 3, padding=1, groups=4), (BATCH, C_IN, HW, HW)),
+    "depthwise": (
+        lambda: nn.Conv2d(C_IN, C_IN, 3, padding=1, groups=C_IN),
+        (BATCH, C_IN, HW, HW),
+    ),
+    "1x1": (lambda: nn.Conv2d(C_IN, C_OUT, 1), (BATCH, C_IN, HW, HW)),
+    "1x1_no_bias": (lambda: nn.Conv2d(C_IN, C_OUT, 1, bias=False), (BATCH, C_IN, HW, HW)),
+    "3d": (lambda: nn.Conv3d(C_IN, C_OUT, 3, padding=1), (BATCH, C_IN, 6, 6, 6)),
+}
+
+
+@contextlib.contextmanager
+def _cudnn_tf32(allowed: bool) -> Iterator[None]:
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.fixture(params=list(PRECISIONS))
+def precision(request: pytest.FixtureRequest) -> Iterator[tuple[torch.dtype, dict[str, float]]]:
+    dtype, tf32, tol = PRECISIONS[request.param]
+    with _cudnn_tf32(tf32):
+        yield dtype, tol
+
+
+def _layout(t: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    if not channels_last:
+        return t.contiguous()
+    fmt = torch.channels_last_3d if t.dim() == 5 else torch.channels_last
+    return t.contiguous(memory_format=fmt)
+
+
+def _model(factory: Any, dtype: torch.dtype, channels_last: bool) -> nn.Module:
+    model = factory().cuda().to(dtype)
+    if channels_last:
+        fmt = torch.channels_last_3d if isinstance(model, nn.Conv3d) else torch.channels_last
+        model = model.to(memory_format=fmt)
+    return model
+
+
+def _conv_stats(records: list[Any], kind: str) -> dict[str, int]:
+    (record,) = [r for r in records if r.kind == kind]
+    return record.compiled.stats()
+
+
+def _conv_kernels(records: list[Any], kind: str) -> list[dict[str, Any]]:
+    (record,) = [r for r in records if r.kind == kind]
+    return [k for k in record.core_report["kernels"] if k["kind"] == "conv"]
+
+
+def _assert_all_ran(records: list[Any], kind: str, groups: int) -> None:
+    kernels = _conv_kernels(records, kind)
+    assert len(kernels) == groups, kernels
+    stats = _conv_stats(records, kind)
+    assert stats["conv_fallbacks"] == 0, [k.get("problem") for k in kernels]
+    assert stats["conv_groups_run"] == groups, stats
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("form", list(FORMS))
+def test_conv_forward_and_backward_match_eager(
+    form: str, channels_last: bool, precision: Any
+) -> None:
+    dtype, tol = precision
+    factory, shape = FORMS[form]
+    torch.manual_seed(0)
+    eager = _model(factory, dtype, channels_last)
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = _layout(torch.randn(*shape, device="cuda", dtype=dtype), channels_last)
+
+    def step(m: nn.Module) -> list[torch.Tensor]:
+        xi = x.detach().requires_grad_()
+        y = m(xi)
+        y.backward(grad)
+        return [y, xi.grad] + [p.grad for p in m.parameters()]
+
+    with torch.no_grad():
+        grad = _layout(torch.randn_like(eager(x)), channels_last)
+    want = step(eager)
+    got, records = compiled_records(lambda: step(compiled))
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, **tol)
+    _assert_all_ran(records, "forward", 1)
+    _assert_all_ran(records, "backward", 1)
+    (backward,) = _conv_kernels(records, "backward")
+    assert backward["kernel"] == "cudnn: conv_dgrad/conv_wgrad", backward
+    # The output keeps eager's memory format (Note [Conv layout] in conv_group.h).
+    assert got[0].stride() == want[0].stride()
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(C_IN, C_OUT, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(C_OUT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class ResidualBlock(nn.Module):
+    """conv-bn-relu, conv-bn, + identity, relu."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(C_IN, C_IN, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(C_IN)
+        self.c2 = nn.Conv2d(C_IN, C_IN, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(C_IN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.b1(self.c1(x)))
+        return torch.relu(self.b2(self.c2(y)) + x)
+
+
+class ConvBiasResidual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(C_IN, C_IN, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x) + x)
+
+
+def _randomize_batch_norms(model: nn.Module) -> None:
+    """Non-trivial statistics and affine parameters (fresh ones are 0/1)."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.normal_(0, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.normal_(1, 0.2)
+                m.bias.normal_(0, 0.2)
+
+
+# name -> (module, epilogue names of its conv groups in order)
+EPILOGUE_MODELS: dict[str, tuple[Any, list[str]]] = {
+    "bn_relu": (ConvBnRelu, ["batch_norm+relu"]),
+    "residual_block": (ResidualBlock, ["batch_norm+relu", "batch_norm+residual+relu"]),
+    "bias_residual_relu": (ConvBiasResidual, ["bias+residual+relu"]),
+}
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("name", list(EPILOGUE_MODELS))
+def test_fused_inference_epilogues_match_eager(
+    name: str, channels_last: bool, precision: Any
+) -> None:
+    dtype, tol = precision
+    factory, epilogues = EPILOGUE_MODELS[name]
+    torch.manual_seed(0)
+    model = _model(factory, dtype, channels_last).eval()
+    _randomize_batch_norms(model)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = _layout(torch.randn(BATCH, C_IN, HW, HW, device="cuda", dtype=dtype), channels_last)
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(x))
+        want = model(x)
+    torch.testing.assert_close(got, want, **tol)
+    kernels = _conv_kernels(records, "inference")
+    assert [k["why"].split("epilogue ")[1].split(";")[0] for k in kernels] == epilogues, kernels
+    _assert_all_ran(records, "inference", len(epilogues))
+
+
+def test_batch_norm_statistics_are_read_on_every_call() -> None:
+    """Scale and shift come from the graph's tensors per call, not from compile time."""
+    model = _model(ConvBnRelu, torch.float32, True).eval()
+    _randomize_batch_norms(model)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = _layout(torch.randn(BATCH, C_IN, HW, HW, device="cuda"), True)
+    with torch.no_grad():
+        first = compiled(x)
+        torch.testing.assert_close(first, model(x), rtol=1e-2, atol=1e-2)
+        _randomize_batch_norms(model)  # in place: no recompilation
+        second, records = compiled_records(lambda: compiled(x))
+        assert records == []  # the same compiled graph ran
+        torch.testing.assert_close(second, model(x), rtol=1e-2, atol=1e-2)
+        assert not torch.allclose(first, second)
+
+
+def test_plans_are_cached_per_signature() -> None:
+    model = _model(ConvBnRelu, torch.bfloat16, True).eval()
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = _layout(torch.randn(BATCH, C_IN, HW, HW, device="cuda", dtype=torch.bfloat16), True)
+    with torch.no_grad():
+        compiled(x)
+        before = _C.cudnn_conv_cache_stats()
+        for _ in range(3):
+            compiled(x)
+        after = _C.cudnn_conv_cache_stats()
+    assert after["misses"] == before["misses"], (before, after)  # the hot path builds nothing
+    assert after["entries"] == before["entries"]
+    assert after["hits"] == before["hits"] + 3
+
+
+def test_option_cudnn_off_runs_aten() -> None:
+    model = _model(ConvBnRelu, torch.bfloat16, True).eval()
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True, "cudnn": False})
+    x = _layout(torch.randn(BATCH, C_IN, HW, HW, device="cuda", dtype=torch.bfloat16), True)
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(x))
+        torch.testing.assert_close(got, model(x), rtol=2e-2, atol=2e-2)
+    assert _conv_kernels(records, "inference") == []
+    assert _conv_stats(records, "inference")["conv_groups_run"] == 0
+
+
+@pytest.mark.parametrize(
+    "factory, shape",
+    [
+        (lambda: nn.ConvTranspose2d(C_IN, C_OUT, 3, stride=2), (BATCH, C_IN, HW, HW)),
+        (lambda: nn.Conv1d(C_IN, C_OUT, 3, padding=1), (BATCH, C_IN, HW)),
+    ],
+    ids=["transposed", "1d"],
+)
+def test_refused_convolutions_run_aten(factory: Any, shape: tuple[int, ...]) -> None:
+    model = factory().cuda()
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = torch.randn(*shape, device="cuda")
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(x))
+        torch.testing.assert_close(got, model(x), rtol=1e-2, atol=1e-2)
+    assert _conv_kernels(records, "inference") == []
+    assert _conv_stats(records, "inference")["conv_groups_run"] == 0
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.float() - want.float()).norm() / want.float().norm()).item()
+
+
+def test_resnet50_inference_channels_last_bf16_fuses_every_conv() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    reference = torchvision.models.resnet50().cuda().eval()  # fp32, the yardstick
+    reference = reference.to(memory_format=torch.channels_last)
+    model = copy.deepcopy(reference).to(torch.bfloat16)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = torch.randn(2, 3, 96, 96, device="cuda").contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(x.to(torch.bfloat16)))
+        eager_error = _relative_error(model(x.to(torch.bfloat16)), reference(x))
+        error = _relative_error(got, reference(x))
+    # bf16 through 50 layers: as close to fp32 as eager bf16 is (the fused
+    # epilogue rounds once where eager rounds after every op).
+    assert error <= 1.5 * eager_error + 1e-2, (error, eager_error)
+    kernels = _conv_kernels(records, "inference")
+    assert len(kernels) == 53, len(kernels)  # every convolution of ResNet-50
+    assert all("batch_norm" in k["why"] for k in kernels), [k["why"] for k in kernels]
+    _assert_all_ran(records, "inference", 53)
+
+
+def test_residual_block_training_step_matches_eager() -> None:
+    torch.manual_seed(0)
+    eager = _model(ResidualBlock, torch.float32, True)
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = _layout(torch.randn(BATCH, C_IN, HW, HW, device="cuda"), True)
+    grad = _layout(torch.randn(BATCH, C_IN, HW, HW, device="cuda"), True)
+
+    def step(m: nn.Module) -> list[torch.Tensor]:
+        xi = x.detach().requires_grad_()
+        m(xi).backward(grad)
+        return [xi.grad] + [p.grad for p in m.parameters()]
+
+    want = step(eager)
+    got, records = compiled_records(lambda: step(compiled))
+    for g, w in zip(got, want, strict=True):
+        assert _relative_error(g, w) < 1e-2
+    # Training batch norm reads each convolution's output: plain conv_fprop groups.
+    _assert_all_ran(records, "forward", 2)
+    _assert_all_ran(records, "backward", 2)
