@@ -24,8 +24,7 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 
 // Prepares every engine group of the plan, in plan order. Generated
 // kernels compile at once (NVRTC in parallel, through the kernel cache);
-// matmul and conv groups only get their runner (cuBLASLt / cuDNN are asked
-// on the first run).
+// matmul groups only get their runner (cuBLASLt is asked on the first run).
 // Groups that cannot be prepared keep only their ATen form.
 void Executor::prepare_engine_groups(const FusionPlan& fusion,
                                      const KernelCacheLocation& kernel_cache) {
@@ -39,9 +38,8 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
                              (group.kind == KernelKind::Norm && group.norm);
       const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
       const bool attention = group.kind == KernelKind::Attention && group.attention;
-      if (!generated && !matmul && !attention) continue;
       const bool conv = group.kind == KernelKind::Conv && group.conv;
-      if (!generated && !matmul && !conv) continue;
+      if (!generated && !matmul && !attention && !conv) continue;
       EngineGroup entry;
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);
@@ -51,6 +49,8 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
         entry.status.problem = std::move(made.problem);
       } else if (attention) {
         AttentionRunnerResult made = make_attention_runner(*graph_, group.attention);
+        entry.runner = std::move(made.runner);
+        entry.status.problem = std::move(made.problem);
       } else if (conv) {
         ConvRunnerResult made = make_conv_runner(*graph_, group.conv);
         entry.runner = std::move(made.runner);
@@ -220,76 +220,78 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
   if (kind == KernelKind::Attention) {
     (ran ? counters_.attention : counters_.attention_fallbacks)
         .fetch_add(1, std::memory_order_relaxed);
-    if (kind == KernelKind::Conv) {
-      (ran ? counters_.conv : counters_.conv_fallbacks).fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    if (!ran) {
-      counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    counters_.generated.fetch_add(1, std::memory_order_relaxed);
-    switch (kind) {
-      case KernelKind::Pointwise: counters_.generated_pointwise.fetch_add(1); break;
-      case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
-      case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
-      case KernelKind::AtenSequence:
-      case KernelKind::Matmul:
-      case KernelKind::Attention: break;
-      case KernelKind::Conv: break;
-    }
+    return;
   }
+  if (kind == KernelKind::Conv) {
+    (ran ? counters_.conv : counters_.conv_fallbacks).fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!ran) {
+    counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  counters_.generated.fetch_add(1, std::memory_order_relaxed);
+  switch (kind) {
+    case KernelKind::Pointwise: counters_.generated_pointwise.fetch_add(1); break;
+    case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
+    case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
+    case KernelKind::AtenSequence:
+    case KernelKind::Matmul:
+    case KernelKind::Attention:
+    case KernelKind::Conv: break;
+  }
+}
 
-  void Executor::run_builtin(const Node& node, ValueSlots& slots) const {
-    std::vector<c10::IValue> operands;
-    operands.reserve(node.args.size());
-    for (const Argument& arg : node.args) {
-      operands.push_back(argument_to_ivalue(arg, c10::AnyType::get(), slots));
+void Executor::run_builtin(const Node& node, ValueSlots& slots) const {
+  std::vector<c10::IValue> operands;
+  operands.reserve(node.args.size());
+  for (const Argument& arg : node.args) {
+    operands.push_back(argument_to_ivalue(arg, c10::AnyType::get(), slots));
+  }
+  MB_CHECK(node.outputs.size() == 1, "builtin node ", node.name, " must have one output");
+  slots[node.outputs[0]] = evaluate_builtin(node.op, operands);
+}
+
+void Executor::run_python(const Node& node, ValueSlots& slots) const {
+  std::vector<c10::IValue> inputs;
+  for (ValueId v : node.input_values()) inputs.push_back(slots[v]);
+  std::vector<c10::IValue> results = python_fallback_(node.id, std::move(inputs));
+  store_outputs(node, results, {}, slots);
+}
+
+ExecutionStats Executor::stats() const {
+  ExecutionStats stats;
+  stats.calls = counters_.calls.load();
+  stats.kernel_groups_run = counters_.groups.load();
+  stats.nodes_run_in_partitions = counters_.in_partitions.load();
+  stats.nodes_run_as_aten_fallback = counters_.aten.load();
+  stats.nodes_run_as_builtin = counters_.builtin.load();
+  stats.nodes_run_in_python = counters_.python.load();
+  stats.generated_kernels_run = counters_.generated.load();
+  stats.generated_pointwise_run = counters_.generated_pointwise.load();
+  stats.generated_reductions_run = counters_.generated_reductions.load();
+  stats.generated_norms_run = counters_.generated_norms.load();
+  stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
+  stats.matmul_groups_run = counters_.matmul.load();
+  stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
+  stats.attention_groups_run = counters_.attention.load();
+  stats.attention_fallbacks = counters_.attention_fallbacks.load();
+  stats.conv_groups_run = counters_.conv.load();
+  stats.conv_fallbacks = counters_.conv_fallbacks.load();
+  return stats;
+}
+
+std::vector<GeneratedGroupStatus> Executor::generated_groups() const {
+  std::vector<GeneratedGroupStatus> out;
+  for (const EngineGroup& g : engine_groups_) {
+    GeneratedGroupStatus status = g.status;
+    if (g.runner) {
+      const std::string problem = g.runner->problem();
+      if (!problem.empty()) status.problem = problem;
     }
-    MB_CHECK(node.outputs.size() == 1, "builtin node ", node.name, " must have one output");
-    slots[node.outputs[0]] = evaluate_builtin(node.op, operands);
+    out.push_back(std::move(status));
   }
-
-  void Executor::run_python(const Node& node, ValueSlots& slots) const {
-    std::vector<c10::IValue> inputs;
-    for (ValueId v : node.input_values()) inputs.push_back(slots[v]);
-    std::vector<c10::IValue> results = python_fallback_(node.id, std::move(inputs));
-    store_outputs(node, results, {}, slots);
-  }
-
-  ExecutionStats Executor::stats() const {
-    ExecutionStats stats;
-    stats.calls = counters_.calls.load();
-    stats.kernel_groups_run = counters_.groups.load();
-    stats.nodes_run_in_partitions = counters_.in_partitions.load();
-    stats.nodes_run_as_aten_fallback = counters_.aten.load();
-    stats.nodes_run_as_builtin = counters_.builtin.load();
-    stats.nodes_run_in_python = counters_.python.load();
-    stats.generated_kernels_run = counters_.generated.load();
-    stats.generated_pointwise_run = counters_.generated_pointwise.load();
-    stats.generated_reductions_run = counters_.generated_reductions.load();
-    stats.generated_norms_run = counters_.generated_norms.load();
-    stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
-    stats.matmul_groups_run = counters_.matmul.load();
-    stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
-    stats.attention_groups_run = counters_.attention.load();
-    stats.attention_fallbacks = counters_.attention_fallbacks.load();
-    stats.conv_groups_run = counters_.conv.load();
-    stats.conv_fallbacks = counters_.conv_fallbacks.load();
-    return stats;
-  }
-
-  std::vector<GeneratedGroupStatus> Executor::generated_groups() const {
-    std::vector<GeneratedGroupStatus> out;
-    for (const EngineGroup& g : engine_groups_) {
-      GeneratedGroupStatus status = g.status;
-      if (g.runner) {
-        const std::string problem = g.runner->problem();
-        if (!problem.empty()) status.problem = problem;
-      }
-      out.push_back(std::move(status));
-    }
-    return out;
-  }
+  return out;
+}
 
 }  // namespace mybackend

@@ -104,8 +104,7 @@ class Executor {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
         generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
         generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0}, attention{0},
-        attention_fallbacks{0};
-    generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0}, conv{0}, conv_fallbacks{0};
+        attention_fallbacks{0}, conv{0}, conv_fallbacks{0};
   };
 
   void prepare_engine_groups(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);
