@@ -22,6 +22,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from mybackend import _C
 from mybackend._logging import get_logger, warn_once
+from mybackend.compile_times import PARTITION, timed, timed_graph_compile
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
 from mybackend.debug.dumps import dump_graph
 from mybackend.debug.repro import write_reproducer
@@ -55,9 +56,16 @@ def compile_with_aot(
         bw_compiler=compiler("backward"),
         inference_compiler=compiler("inference"),
         decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_timed_partition,
         keep_inference_input_mutations=True,
     )
+
+
+def _timed_partition(*args: Any, **kwargs: Any) -> Any:
+    """The min-cut partitioner, timed: aot_autograd has no timer of its own
+    for it, and it is a large part of compiling a training graph."""
+    with timed(PARTITION):
+        return min_cut_rematerialization_partition(*args, **kwargs)
 
 
 def compile_aten_graph(
@@ -74,9 +82,12 @@ def compile_aten_graph(
     returned callable runs the graph eagerly until it is done.
     """
     static_inputs = static_input_indices(kind)
-    compile_now = functools.partial(
-        _compile_now, gm, list(example_inputs), name, kind, options, static_inputs
-    )
+    inputs = list(example_inputs)
+
+    def compile_now() -> Callable[..., Any]:
+        with timed_graph_compile(kind):
+            return _compile_now(gm, inputs, name, kind, options, static_inputs)
+
     if options.background_compile:
         from mybackend.debug.background import BackgroundGraphFunction
 

@@ -19,9 +19,14 @@ aten = torch.ops.aten
 # Kept whole: fused attention kernels and the layer-norm and softmax backward
 # kernels are faster than the matmul/softmax/reduction chains the
 # decompositions produce (the softmax backwards are one generated row-wise
-# kernel on CUDA: src_cpp/fusion/norm_lowering.h).
+# kernel on CUDA: src_cpp/fusion/norm_lowering.h). Batch-norm backward runs
+# as ATen's kernel, as eager's does: decomposed it is ~15 nodes per batch norm
+# (ResNet-50's backward graph doubles, 1037 -> 1938 nodes), which costs
+# aot_autograd about a third of its trace and partition time
+# (docs/performance.md, "Compile time").
 KEPT_WHOLE: tuple[str, ...] = (
     "aten.native_layer_norm_backward.default",
+    "aten.native_batch_norm_backward.default",
     "aten._softmax_backward_data.default",
     "aten._log_softmax_backward_data.default",
     "aten.scaled_dot_product_attention.default",

@@ -3,23 +3,25 @@
 The report lists, per ATen graph: its partitions and the kernel groups each
 became (kind, the fusion's reason, generated source on request), every node
 outside a partition with its reason and the user's source line, compile time
-per stage, run counters (the core's stats(): calls, CUDA-graph captures and
-replays, and any cache counters the core adds), the CUDA-graph status and why,
-and accuracy_check's results. ``str()`` is plain text, ``_repr_html_`` is a
-table for Jupyter, ``to_dict()`` is for scripts, and ``partition_map()``
-draws a graph.
+per stage (and where the explained call's time went: dynamo, aot_autograd's
+stages, mybackend's; compile_times.py), run counters (the core's stats():
+calls, CUDA-graph captures and replays, and any cache counters the core
+adds), the CUDA-graph status and why, and accuracy_check's results.
+``str()`` is plain text, ``_repr_html_`` is a table for Jupyter,
+``to_dict()`` is for scripts, and ``partition_map()`` draws a graph.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections import Counter
 from typing import Any
 
 import torch
 
-from mybackend import _C
+from mybackend import _C, compile_times
 from mybackend.backend import mybackend_backend
 from mybackend.debug.dumps import format_kernels, kernel_source
 from mybackend.debug.partition_map import PartitionMap, partition_map
@@ -34,6 +36,9 @@ class ExplainReport:
     # Generated-kernel cache activity during the explained call: memory_hits,
     # disk_hits, compiles, ... (all zero when no kernel was generated).
     kernel_cache: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Seconds of the explained call per stage (compile_times.breakdown): dynamo,
+    # aot_autograd's stages, mybackend's, and the rest of the call.
+    compile_times: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def graph_breaks(self) -> int:
@@ -67,6 +72,7 @@ class ExplainReport:
         return {
             "graph_breaks": self.graph_breaks,
             "kernel_cache": dict(self.kernel_cache),
+            "compile_times": dict(self.compile_times),
             "graphs": [graph_dict(g) for g in self.graphs],
         }
 
@@ -85,6 +91,8 @@ class ExplainReport:
                 f"\nkernel cache: {cache.get('memory_hits', 0)} memory hit(s), "
                 f"{cache.get('disk_hits', 0)} disk hit(s), {cache.get('compiles', 0)} compile(s)"
             )
+        if self.compile_times:
+            header += "\n" + compile_times.format_breakdown(self.compile_times)
         sections = [format_graph_record(g, sources) for g in self.graphs]
         return "\n\n".join([header, *sections])
 
@@ -119,11 +127,15 @@ def explain(
     backend = functools.partial(mybackend_backend, mode=mode, options=options)
     compiled = torch.compile(model, backend=backend)
     before = _C.kernel_cache_stats()
+    times_before = compile_times.snapshot()
     with collecting() as records:
+        start = time.perf_counter()
         compiled(*inputs, **kwargs)
+        seconds = time.perf_counter() - start
+    times = compile_times.breakdown(times_before, compile_times.snapshot(), seconds, records)
     after = _C.kernel_cache_stats()
     cache = {key: after[key] - before.get(key, 0) for key in after}
-    return ExplainReport(list(records), kernel_cache=cache)
+    return ExplainReport(list(records), kernel_cache=cache, compile_times=times)
 
 
 def fallbacks_of(record: GraphRecord) -> list[dict[str, Any]]:

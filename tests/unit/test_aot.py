@@ -50,3 +50,18 @@ def test_compiling_never_reads_tensor_data() -> None:
         fake = mode.from_tensor(torch.randn(3))
     compiled = mybackend_backend(gm, [fake], options={"strict": True})
     assert compiled(torch.tensor([-1.0, 0.5, 2.0]))[0].tolist() == [1.0, 1.5, 3.0]
+
+
+def test_batch_norm_backward_stays_one_node() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = torch.randn(2, 3, 8, 8)
+    out, _ = compiled_records(lambda: compiled(x))
+    _, backward = compiled_records(lambda: out.square().sum().backward())
+    ir = backward[0].ir_text
+    assert ir.count("aten::native_batch_norm_backward.default") == 1, ir
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for got, want in zip(expected, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

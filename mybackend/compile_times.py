@@ -1,0 +1,114 @@
+"""Where a compiling call's time goes: torch's stages and mybackend's, one table.
+
+torch times its own compile stages in ``torch._dynamo.utils.
+compilation_time_metrics`` (filled by ``dynamo_timed`` whether or not logging
+is on). aot_autograd does not time its partitioner, so mybackend times the
+partitioner it passes in, and its own compile of each ATen graph. ``snapshot``
+reads all of these process-wide totals; ``breakdown`` turns the difference of
+two snapshots around one call into stages that add up to the call's time.
+explain() reports it, and ``benchmarks.compile_breakdown`` prints it for a
+training step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+PARTITION = "aot_autograd partition"
+_TORCH = "torch:"  # prefix of torch's own timers in a snapshot
+_MYBACKEND = "mybackend:"  # prefix of mybackend's per-graph compile totals, by graph kind
+
+# Stages mybackend measures itself, process-wide (backward graphs compile on
+# autograd's threads: Note [Records from any thread] in reports.py).
+_seconds: defaultdict[str, float] = defaultdict(float)
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def timed(stage: str) -> Iterator[None]:
+    """Adds the block's wall time to ``stage``'s process-wide total."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        elapsed = time.perf_counter() - start
+        with _lock:
+            _seconds[stage] += elapsed
+
+
+def timed_graph_compile(kind: str) -> contextlib.AbstractContextManager[None]:
+    """Times mybackend's compile of one ATen graph of ``kind`` (forward, ...)."""
+    return timed(_MYBACKEND + kind)
+
+
+def snapshot() -> dict[str, float]:
+    """Seconds spent so far in each timed stage, torch's and mybackend's."""
+    totals: dict[str, float] = {}
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:  # a torch without dynamo's timers: mybackend's stages only
+        compilation_time_metrics = {}
+    for name, values in list(compilation_time_metrics.items()):
+        totals[_TORCH + name] = float(sum(values))
+    with _lock:
+        totals.update(_seconds)
+    return totals
+
+
+def breakdown(
+    before: dict[str, float],
+    after: dict[str, float],
+    call_seconds: float,
+    records: Sequence[Any] = (),
+) -> dict[str, float]:
+    """Seconds per stage of one call, given snapshots taken around it.
+
+    ``records`` are the GraphRecords the call published; their stage times
+    split mybackend's part into lowering and the C++ core (whose "runtime"
+    stage includes NVRTC compiles on a GPU). Stages that took no time are
+    left out; "rest of the call" is what no timer covers: running the
+    graphs, guard checks, Python around them.
+    """
+
+    def delta(key: str) -> float:
+        return max(after.get(key, 0.0) - before.get(key, 0.0), 0.0)
+
+    ours_in_aot = delta(_MYBACKEND + "forward") + delta(_MYBACKEND + "inference")
+    ours_backward = delta(_MYBACKEND + "backward")
+    metadata = delta(_TORCH + "aot_collect_metadata")
+    joint = delta(_TORCH + "aot_trace_joint_graph")
+    partition = delta(PARTITION)
+    aot_total = delta(_TORCH + "create_aot_dispatcher_function")
+    dynamo = delta(_TORCH + "_compile.compile_inner") - delta(
+        _TORCH + "OutputGraph.call_user_compiler"
+    )
+    lowering = sum(s for r in records for stage, s in r.stage_times if stage == "lowering")
+    core = sum(s for r in records for stage, s in r.stage_times if stage != "lowering")
+    stages = {
+        "dynamo (bytecode tracing, guards)": max(dynamo, 0.0),
+        "aot_autograd metadata": metadata,
+        "aot_autograd joint trace (decompositions, functionalization)": joint,
+        PARTITION: partition,
+        "aot_autograd other": max(aot_total - metadata - joint - partition - ours_in_aot, 0.0),
+        "aot_autograd lazy backward": max(
+            delta(_TORCH + "backward._backward_impl") - ours_backward, 0.0
+        ),
+        "mybackend lowering": lowering,
+        "mybackend core (C++ stages)": core,
+        "mybackend other (reports)": max(ours_in_aot + ours_backward - lowering - core, 0.0),
+    }
+    stages = {name: seconds for name, seconds in stages.items() if seconds > 0.0}
+    stages["rest of the call"] = max(call_seconds - sum(stages.values()), 0.0)
+    return stages
+
+
+def format_breakdown(stages: dict[str, float]) -> str:
+    """One line: the total, then each stage in seconds."""
+    total = sum(stages.values())
+    parts = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in stages.items())
+    return f"compile time of the call: {total:.3f} s: {parts}"
