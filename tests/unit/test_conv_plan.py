@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
+from mybackend.decompositions import decomposition_table
 from tests.unit.test_matmul_plan import _aot_graphs, _inference, _kernels
 
 F32 = torch.float32
@@ -43,7 +45,16 @@ class Bottleneck(nn.Module):
 X = torch.randn(2, 8, 6, 6)
 
 
-def test_inference_block_folds_batch_norm_residual_and_relu() -> None:
+def test_inference_block_folds_batch_norm_residual_and_relu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fold matches batch norm kept whole; mybackend's own table decomposes
+    # it (see the next test), so take it out of the table here.
+    import tests.unit.test_matmul_plan as graphs
+
+    kept = torch.ops.aten._native_batch_norm_legit_no_training.default
+    table = {op: fn for op, fn in decomposition_table().items() if op is not kept}
+    monkeypatch.setattr(graphs, "decomposition_table", lambda: table)
     block = Bottleneck().eval()
     convs = _convs(_inference(block, X))
     assert [k["ops"] for k in convs] == [
@@ -64,6 +75,19 @@ def test_inference_block_folds_batch_norm_residual_and_relu() -> None:
     assert convs[1]["why"] == "cuDNN conv_fprop with epilogue batch_norm+residual+relu"
     assert convs[0]["compiled"] is True
     assert convs[0]["kernel"] == "cudnn: conv_fprop epilogue batch_norm+relu"
+
+
+def test_decomposed_batch_norm_runs_after_the_conv_in_one_generated_kernel() -> None:
+    """mybackend's table decomposes inference batch norm into x*scale + shift
+    (mybackend/decompositions.py): each conv is a plain cuDNN group, and the
+    affine, the residual add and the ReLU are one generated kernel each."""
+    block = Bottleneck().eval()
+    gm = _inference(block, X)
+    convs = _convs(gm)
+    assert [k["ops"] for k in convs] == [["aten::convolution.default"]] * 2
+    kernels, ops = _kernels(gm, generated_kernels=True)
+    pointwise = [[ops[n] for n in k["nodes"]] for k in kernels if k["kind"] == "pointwise"]
+    assert any("aten::relu.default" in p and "aten::mul.Tensor" in p for p in pointwise)
 
 
 def test_conv_bias_relu_is_one_graph() -> None:
