@@ -174,6 +174,15 @@ class Options:
             if (value := getattr(self, f.name)) != f.default
         }
 
+    def _disabled_classes(self) -> list[str]:
+        # With cudnn_attention off, the aten SDPA ops stay out of partitions
+        # and run as single eager calls: inside an ATen-sequence group their
+        # backward aborted the process on an H100 (docs/design/0009-attention.md).
+        classes = list(self.disabled_op_classes)
+        if not self.cudnn_attention and "attention" not in classes:
+            classes.append("attention")
+        return classes
+
     def core_options(self, static_inputs: Sequence[int] = ()) -> dict[str, Any]:
         """The subset the C++ core reads (see bindings/compile.cpp)."""
         return {
@@ -188,7 +197,7 @@ class Options:
             "cudnn": self.cudnn,
             "static_inputs": list(static_inputs),
             "disabled_ops": list(self.disabled_ops),
-            "disabled_op_classes": list(self.disabled_op_classes),
+            "disabled_op_classes": self._disabled_classes(),
             "min_partition_size": self.min_partition_size,
             "allow_single_node_partition": self.allow_single_node_partition,
         }
