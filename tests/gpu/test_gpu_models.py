@@ -69,12 +69,8 @@ def test_channels_last_planned_cnn_inference(dtype: torch.dtype, mode: str) -> N
     compiled = torch.compile(model, backend="mybackend", options=options)
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
     # fp32 convolutions in TF32 differ by algorithm (NCHW vs NHWC): compare exact math.
-    tf32 = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         _run_channels_last_cnn(model, x, compiled, tol)
-    finally:
-        torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _run_channels_last_cnn(model: Any, x: torch.Tensor, compiled: Any, tol: Any) -> None:
