@@ -210,7 +210,11 @@ def test_fused_inference_epilogues_match_eager(
         want = model(x)
     torch.testing.assert_close(got, want, **tol)
     kernels = _conv_kernels(records, "inference")
-    assert [k["why"].split("epilogue ")[1].split(";")[0] for k in kernels] == epilogues, kernels
+    # mybackend's table decomposes inference batch norm (x*scale + shift,
+    # hoisted): a conv followed by batch norm reaches cuDNN with no epilogue,
+    # and the affine, residual add and ReLU run in one generated kernel.
+    expected = ["none" if "batch_norm" in e else e for e in epilogues]
+    assert [k["why"].split("epilogue ")[1].split(";")[0] for k in kernels] == expected, kernels
     _assert_all_ran(records, "inference", len(epilogues))
 
 
