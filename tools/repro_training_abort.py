@@ -7,7 +7,10 @@ docs/performance.md, "Known failures".
     python tools/repro_training_abort.py
 """
 
-import os, sys, subprocess, json
+import json
+import os
+import subprocess
+import sys
 
 CASE = r"""
 import sys, json, torch
