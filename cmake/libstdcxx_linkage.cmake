@@ -8,9 +8,16 @@
 # indices and the first `ostream << integer` in the module crashes (seen on a
 # GPU machine whose default compiler was such a GCC 13).
 #
-# With such a toolchain the module links the whole runtime statically and keeps
-# it private (--exclude-libs), the way manylinux wheels do: one consistent copy
+# With such a toolchain the module links libstdc++ statically and keeps it
+# private (--exclude-libs), the way manylinux wheels do: one consistent copy
 # inside _C, and nothing of it exported to interpose on torch's copy.
+#
+# The unwinder is not made private (no -static-libgcc): exceptions that torch
+# throws (an ATen op's TORCH_CHECK) unwind through _C's frames, and a second,
+# private libgcc unwinder cannot read the shared unwinder's context. With one,
+# every ATen error inside the runtime ended in std::terminate (SIGABRT) on the
+# GPU machine instead of reaching the fallback to eager. There is one
+# libgcc_s.so.1 per process, so it is safe to share.
 #
 # mybackend_libstdcxx_link_mode(<out-var>) sets <out-var> to "shared" or
 # "private"; MYBACKEND_LIBSTDCXX (AUTO, SHARED, PRIVATE) overrides the probe.

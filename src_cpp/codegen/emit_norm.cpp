@@ -39,6 +39,11 @@ struct Entry {
                           "*>(nullptr)");
     }
   }
+  void int64(const std::string& name) {
+    params << ",\n    const long long " << name;
+    abi.params.push_back({KernelParam::Kind::Int64, name});
+    call_args.push_back("static_cast<I>(" + name + ")");
+  }
   void sizes(bool with_eps) {
     params << ",\n    const long long rows,\n    const long long cols";
     abi.params.push_back({KernelParam::Kind::Int64, "rows"});
@@ -130,9 +135,11 @@ std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
                  b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
 }
 
-// Backward norms have two entry points: grad_in (block per row) and, when
-// asked for, the weight/bias grads (a column reduction over rows).
-std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Entry& params_entry) {
+// Backward norms have one entry point for grad_in (block per row) and, when
+// the weight/bias grads are asked for, two more that reduce over rows in
+// chunks (Note [Split parameter grads] in device/mb_norm.cuh).
+std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Entry& partials,
+                             Entry& totals) {
   const bool rms = spec.kind == NormKind::RmsNormBackward;
   e.pointer(n.t, "grad_out", true);
   e.pointer(n.t, "x", true);
@@ -146,17 +153,24 @@ std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Ent
               ", " + b(rms) + ", " + b(spec.has_weight) + ">");
   const bool has_bias = spec.has_bias && !rms;
   if (!spec.param_grads || !(spec.has_weight || has_bias)) return src;
-  Entry& p = params_entry;
-  p.pointer(n.t, "grad_out", true);
-  p.pointer(n.t, "x", true);
-  p.optional_pointer(!rms, n.stats, "mean", true);
-  p.pointer(n.stats, "rstd", true);
-  p.optional_pointer(spec.has_weight, n.w, "grad_weight", false);
-  p.optional_pointer(has_bias, n.w, "grad_bias", false);
-  p.sizes(false);
+  const std::string pair = "mb::Pair<" + n.stats + ">";
+  partials.pointer(n.t, "grad_out", true);
+  partials.pointer(n.t, "x", true);
+  partials.optional_pointer(!rms, n.stats, "mean", true);
+  partials.pointer(n.stats, "rstd", true);
+  partials.pointer(pair, "partials", false);
+  partials.sizes(false);
+  partials.int64("splits");
+  totals.pointer(pair, "partials", true);
+  totals.optional_pointer(spec.has_weight, n.w, "grad_weight", false);
+  totals.optional_pointer(has_bias, n.w, "grad_bias", false);
+  totals.sizes(false);
+  totals.int64("splits");
   return src + "\n" +
-         p.write("mb::norm_backward_params<" + n.t + ", " + n.w + ", I, " + b(rms) + ", " +
-                 b(spec.has_weight) + ", " + b(has_bias) + ">");
+         partials.write("mb::norm_backward_param_partials<" + n.t + ", I, " + b(rms) + ">") +
+         "\n" +
+         totals.write("mb::norm_backward_param_totals<" + n.w + ", " + n.stats + ", I, " +
+                      b(spec.has_weight) + ", " + b(has_bias) + ">");
 }
 
 }  // namespace
@@ -174,10 +188,13 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward ||
       spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward;
   if (forward) main.abi.row_elements_per_thread = n.vec * n.chunks;
-  Entry params;
-  params.abi.name = base + "_params";
-  params.abi.block_x = 32;  // reduce_outer's block shape
-  params.abi.block_y = 8;
+  Entry partials, totals;
+  partials.abi.name = base + "_param_partials";
+  totals.abi.name = base + "_param_totals";
+  for (Entry* stage : {&partials, &totals}) {
+    stage->abi.block_x = 32;  // reduce_outer's block shape
+    stage->abi.block_y = 8;
+  }
 
   std::string entries;
   switch (spec.kind) {
@@ -188,7 +205,9 @@ EmittedKernel emit_norm(const NormSpec& spec) {
     case NormKind::LayerNormForward:
     case NormKind::RmsNormForward: entries = forward_entries(spec, n, main); break;
     case NormKind::LayerNormBackward:
-    case NormKind::RmsNormBackward: entries = backward_entries(spec, n, main, params); break;
+    case NormKind::RmsNormBackward:
+      entries = backward_entries(spec, n, main, partials, totals);
+      break;
   }
   std::ostringstream src;
   src << emit::comment_block(spec.to_string())
@@ -197,7 +216,10 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
-  if (!params.abi.params.empty()) kernel.entries.push_back(params.abi);
+  if (!partials.abi.params.empty()) {
+    kernel.entries.push_back(partials.abi);
+    kernel.entries.push_back(totals.abi);
+  }
   return kernel;
 }
 

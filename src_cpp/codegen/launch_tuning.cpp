@@ -94,4 +94,10 @@ KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::
   return out;
 }
 
+std::int64_t norm_param_splits(std::int64_t rows, std::int64_t cols, int sm_count) {
+  const std::int64_t col_blocks = std::max<std::int64_t>(1, (cols + 31) / 32);
+  const std::int64_t wanted = (4 * std::max(1, sm_count) + col_blocks - 1) / col_blocks;
+  return std::max<std::int64_t>(1, std::min(wanted, rows / 32));
+}
+
 }  // namespace mybackend

@@ -81,4 +81,9 @@ std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols);
 KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::int64_t cols,
                               int sm_count);
 
+// Row chunks of a norm backward's parameter-grad reduction (Note [Split
+// parameter grads] in device/mb_norm.cuh): enough 32-column blocks for about
+// four per SM, each chunk at least 32 rows long.
+std::int64_t norm_param_splits(std::int64_t rows, std::int64_t cols, int sm_count);
+
 }  // namespace mybackend

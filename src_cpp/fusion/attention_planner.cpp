@@ -109,6 +109,13 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
     if (spec.logsumexp < 0 || graph.value(spec.logsumexp).tensor.dtype != DType::Float32 ||
         graph.value(spec.logsumexp).tensor.rank() != 3)
       return "the logsumexp is not an f32 [B, H, L] tensor";
+    // The memory-efficient kernel pads its logsumexp to a multiple of 32
+    // queries; cuDNN's backward takes Stats packed as [B, H, L, 1].
+    const Dim& stats_len = graph.value(spec.logsumexp).tensor.sizes[2];
+    const Dim& q_len = graph.value(spec.q).tensor.sizes[2];
+    if (stats_len.str() != q_len.str())
+      return "the logsumexp is padded past the query length (" + stats_len.str() + " vs " +
+             q_len.str() + "); cuDNN's backward needs it packed";
   }
   if (std::string problem = operands_problem(graph, operands); !problem.empty()) return problem;
   spec.dtype = graph.value(spec.q).tensor.dtype;
@@ -132,6 +139,14 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
       if (bias.dtype != spec.dtype || bias.device != graph.value(spec.q).tensor.device ||
           bias.rank() < 2 || bias.rank() > 4)
         return "the attention bias is not a 2-D to 4-D tensor of q's dtype and device";
+      // Unaligned bias rows (a 77-key mask) gave NaN gradients from cuDNN on
+      // an H100: each row must start on 16 bytes (8 f16/bf16 elements).
+      for (std::size_t d = 0; d + 1 < bias.strides.size(); ++d) {
+        const Dim& stride = bias.strides[d];
+        if (!stride.is_static() || stride.static_value() % 8 != 0)
+          return "the attention bias rows are not 16-byte aligned (stride " + stride.str() +
+                 " elements)";
+      }
     }
   }
   if (spec.source == AttentionSource::EfficientBackward) {

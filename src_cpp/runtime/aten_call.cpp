@@ -60,7 +60,14 @@ c10::IValue list_to_ivalue(const Argument& arg, const c10::TypePtr& element_type
 
 c10::IValue argument_to_ivalue(const Argument& arg, const c10::TypePtr& type,
                                const ValueSlots& slots) {
-  if (arg.kind == Argument::Kind::None) return c10::IValue();
+  if (arg.kind == Argument::Kind::None) {
+    // Autograd formulas hand undefined tensors to non-optional Tensor
+    // parameters (cuDNN attention backward's attn_bias); traced graphs
+    // record them as None, which a boxed call only accepts as an undefined
+    // Tensor, as Python's argument parser converts it.
+    if (type->kind() == c10::TypeKind::TensorType) return at::Tensor();
+    return c10::IValue();
+  }
   c10::TypePtr target = type;
   if (auto optional = target->cast<c10::OptionalType>()) target = optional->getElementType();
   if (arg.kind == Argument::Kind::List) {

@@ -91,6 +91,13 @@ class NormKernel final : public GroupKernel<NormGroup> {
     const std::size_t v = aligned || variants_.size() == 1 ? 0 : variants_.size() - 1;
     const DeviceModules::Loaded& l = modules_.on(device->index());
     const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
+    // Parameter grads reduce in row chunks through a workspace of partial
+    // (dw, db) pairs (Note [Split parameter grads]).
+    const std::int64_t splits = norm_param_splits(rows, cols, l.sm_count);
+    if (entries.size() > 1) {
+      const auto stats = static_cast<c10::ScalarType>(stats_dtype(g.spec.dtype));
+      tensors["partials"] = at::empty({splits, cols, 2}, options.dtype(stats));
+    }
     for (std::size_t e = 0; e < entries.size(); ++e) {
       const KernelEntry entry =
           e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
@@ -105,16 +112,21 @@ class NormKernel final : public GroupKernel<NormGroup> {
           args.set_int(i, rows);
         } else if (p.name == "cols") {
           args.set_int(i, cols);
+        } else if (p.name == "splits") {
+          args.set_int(i, splits);
         } else if (p.name == "eps") {
           args.set_double(i, g.eps);
         } else {
           MB_ASSERT(false, "unexpected norm kernel parameter ", p.name);
         }
       }
-      // Entry 0: rows_per_block(...) rows per block; entry 1 (parameter
-      // grads): 32 columns per block.
+      // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
+      // (parameter grads): 32 columns of one row chunk, then of all chunks.
       const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;
-      const std::int64_t blocks = e == 0 ? (rows + per_block - 1) / per_block : (cols + 31) / 32;
+      const std::int64_t col_blocks = (cols + 31) / 32;
+      const std::int64_t blocks = e == 0   ? (rows + per_block - 1) / per_block
+                                  : e == 1 ? col_blocks * splits
+                                           : col_blocks;
       if (blocks == 0) continue;
       const std::int64_t grid =
           e == 0 ? capped_grid(blocks, l.sm_count,

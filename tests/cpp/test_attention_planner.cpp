@@ -119,15 +119,17 @@ struct EfficientBackward {
   GraphBuilder b;
   ValueId grad, q, k, v_, bias, o, lse;
   std::vector<ValueId> outs;
-  explicit EfficientBackward(bool grad_bias) {
-    const TensorType bhsd = tensor(BF16, {2, 4, 77, 64});
+  // `stats` is the logsumexp length: the aten kernel pads it to a multiple
+  // of 32 queries.
+  explicit EfficientBackward(bool grad_bias, std::int64_t seq = 128, std::int64_t stats = 128) {
+    const TensorType bhsd = tensor(BF16, {2, 4, seq, 64});
     grad = b.add_input(out(bhsd, "grad"));
     q = b.add_input(out(bhsd, "q"));
     k = b.add_input(out(bhsd, "k"));
     v_ = b.add_input(out(bhsd, "v"));
-    bias = b.add_input(out(tensor(BF16, {2, 4, 77, 77}), "bias"));
+    bias = b.add_input(out(tensor(BF16, {2, 4, seq, seq}), "bias"));
     o = b.add_input(out(bhsd, "o"));
-    lse = b.add_input(out(tensor(DType::Float32, {2, 4, 96}), "lse"));  // padded to 32
+    lse = b.add_input(out(tensor(DType::Float32, {2, 4, stats}), "lse"));
     const ValueId seed = b.add_input(out(tensor(DType::Int64, {}), "seed"));
     const ValueId offset = b.add_input(out(tensor(DType::Int64, {}), "offset"));
     std::vector<Argument> mask{flag(true), flag(true), flag(true), flag(grad_bias)};
@@ -135,7 +137,7 @@ struct EfficientBackward {
                       {v(grad), v(q), v(k), v(v_), v(bias), v(o), v(lse), v(seed), v(offset),
                        f(0.0), Argument::of_list(mask), flag(false), f(0.125)},
                       {out(bhsd), out(bhsd), out(bhsd),
-                       grad_bias ? out(tensor(BF16, {2, 4, 77, 77})) : opaque_out()},
+                       grad_bias ? out(tensor(BF16, {2, 4, seq, seq})) : opaque_out()},
                       "efficient_backward");
     std::vector<Argument> results{v(outs[0]), v(outs[1]), v(outs[2])};
     if (grad_bias) results.push_back(v(outs[3]));
@@ -163,6 +165,23 @@ TEST(AttentionPlanner, BiasGradientFallsBack) {
   Planned p = plan(g.b, defaults());
   EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
   EXPECT_NE(all_whys(p).find("bias gradient"), std::string::npos) << all_whys(p);
+}
+
+// cuDNN's backward takes Stats packed: 77 queries padded to 96 stay aten.
+TEST(AttentionPlanner, PaddedLogsumexpFallsBack) {
+  EfficientBackward g(false, 77, 96);
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_NE(all_whys(p).find("padded past the query length"), std::string::npos) << all_whys(p);
+}
+
+// Bias rows of 77 bf16 elements do not start on 16 bytes (NaN gradients
+// from cuDNN on an H100).
+TEST(AttentionPlanner, UnalignedBiasRowsFallBack) {
+  EfficientBackward g(false, 77, 77);
+  Planned p = plan(g.b, defaults());
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
+  EXPECT_NE(all_whys(p).find("16-byte aligned"), std::string::npos) << all_whys(p);
 }
 
 // matmul(q, kᵀ) / 8 (+ mask) -> softmax -> matmul(·, v), as aot decomposes it.

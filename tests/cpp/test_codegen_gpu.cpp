@@ -745,6 +745,10 @@ class GpuNorm : public GpuTest {
         drstd(kF32, want.rstd);
     Buffer out(dtype, total), out_mean(kF32, rows), out_rstd(kF32, rows);
     Buffer grad_w(kF32, cols), grad_b(kF32, cols);
+    // Parameter grads in row chunks (Note [Split parameter grads]): three
+    // chunks, the last one short whenever rows is not a multiple of three.
+    const long long splits = std::min<long long>(3, rows);
+    Buffer partials(kF32, static_cast<std::size_t>(2 * splits * cols));
     const EmittedKernel kernel = emit_norm(spec);
     const bool forward = kind == NormKind::SoftmaxForward || kind == NormKind::LogSoftmaxForward ||
                          kind == NormKind::LayerNormForward || kind == NormKind::RmsNormForward;
@@ -756,7 +760,8 @@ class GpuNorm : public GpuTest {
         {"grad_in", ptr(out)}, {"mean", ptr(forward ? out_mean : dmean)},
         {"rows", i64(rows)},   {"rstd", ptr(forward ? out_rstd : drstd)},
         {"cols", i64(cols)},   {"grad_weight", ptr(grad_w)},
-        {"eps", f64(1e-5)},    {"grad_bias", ptr(grad_b)}};
+        {"eps", f64(1e-5)},    {"grad_bias", ptr(grad_b)},
+        {"partials", ptr(partials)}, {"splits", i64(splits)}};
     for (std::size_t e = 0; e < kernel.entries.size(); ++e)
       run(kernel, e, by_name(kernel.entries[e], named), 4);
     const std::string what = std::string(norm_kind_name(kind)) + "/" +
@@ -767,7 +772,7 @@ class GpuNorm : public GpuTest {
       expect_close(out_rstd.read(), want.rstd, tol, tol, what + "/rstd");
     if (forward && ln) expect_close(out_mean.read(), want.mean, tol, tol, what + "/mean");
     if (!forward && spec.has_weight) {
-      ASSERT_EQ(kernel.entries.size(), 2u);
+      ASSERT_EQ(kernel.entries.size(), 3u);
       expect_close(grad_w.read(), want.dw, tol, tol, what + "/grad_weight");
       if (ln) expect_close(grad_b.read(), want.db, tol, tol, what + "/grad_bias");
     }

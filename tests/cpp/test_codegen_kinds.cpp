@@ -261,12 +261,19 @@ TEST(CodegenNorm, BackwardEmitsParameterGradKernel) {
   spec.has_weight = spec.has_bias = true;
   spec.aligned = true;
   const EmittedKernel kernel = emit_norm(spec);
-  ASSERT_EQ(kernel.entries.size(), 2u);
-  EXPECT_EQ(kernel.entries[1].name, kernel.entries[0].name + "_params");
-  std::vector<std::string> params;
-  for (const auto& p : kernel.entries[1].params) params.push_back(p.name);
-  EXPECT_EQ(params, (std::vector<std::string>{"grad_out", "x", "mean", "rstd", "grad_weight",
-                                              "grad_bias", "rows", "cols"}));
+  // Note [Split parameter grads]: row-chunk partials, then their totals.
+  ASSERT_EQ(kernel.entries.size(), 3u);
+  EXPECT_EQ(kernel.entries[1].name, kernel.entries[0].name + "_param_partials");
+  EXPECT_EQ(kernel.entries[2].name, kernel.entries[0].name + "_param_totals");
+  auto names = [&](std::size_t e) {
+    std::vector<std::string> params;
+    for (const auto& p : kernel.entries[e].params) params.push_back(p.name);
+    return params;
+  };
+  EXPECT_EQ(names(1), (std::vector<std::string>{"grad_out", "x", "mean", "rstd", "partials", "rows",
+                                                "cols", "splits"}));
+  EXPECT_EQ(names(2), (std::vector<std::string>{"partials", "grad_weight", "grad_bias", "rows",
+                                                "cols", "splits"}));
 
   NormSpec no_grads = spec;
   no_grads.param_grads = false;

@@ -1,7 +1,8 @@
 """GPU-marked: attention through cuDNN SDPA graphs against eager.
 
 F.scaled_dot_product_attention compiled with mybackend dispatches as eager
-does (flash without a mask, memory-efficient with one); the attention planner
+does (flash without a mask, memory-efficient with one, once torch's own cuDNN
+choice is switched off); the attention planner
 turns those aten nodes, forward and backward, into cuDNN SDPA graphs. Each
 case checks the result and the gradients against an f32 reference, allowing
 the compiled error to be at most a few times eager's own (flash and cuDNN
@@ -23,17 +24,19 @@ import torch.nn.functional as F
 from mybackend import _C
 from tests.testing import compiled_records
 
-# SDPA backward nodes run inside partitions aborted the whole process on an
-# H100 (2026-11-22), with the cuDNN path on and off alike; until that is
-# understood the option stays off (attention ops then stay outside
-# partitions, as before the engine) and these tests would take the suite
-# down with them.
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skip(
-        reason="SDPA in partitions aborted the process on an H100 (docs/design/0009-attention.md)"
-    ),
-]
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _flash_or_efficient_attention() -> Any:
+    # Where allowed, torch 2.11 picks its own cuDNN SDPA op on Hopper; that op
+    # is cuDNN already and stays an ATen call. The planner claims the flash
+    # and memory-efficient ops, so these tests make torch choose those.
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(was)
+
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The compiled result's largest error against the f32 reference may be this
@@ -124,6 +127,15 @@ def test_sdpa_forward_backward_runs_cudnn(
     eager = _forward_backward(fn, inputs, grad)
     _assert_close_as_eager(got, eager, _reference(fn, inputs, grad), dtype)
     stats = _stats(records)
+    if seq % 8 and mask in ("bool", "float"):
+        # 77-key bias rows are not 16-byte aligned (cuDNN gave NaN gradients)
+        # and the aten kernel pads its logsumexp: the planner leaves these to aten.
+        whys = " ".join(
+            g["why"] for r in records if r.compiled for g in r.compiled.report()["kernels"]
+        )
+        assert stats == {"attention_groups_run": 0, "attention_fallbacks": 0}, stats
+        assert "16-byte aligned" in whys, whys
+        return
     problems = [
         g.get("problem")
         for r in records

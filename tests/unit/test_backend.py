@@ -99,3 +99,20 @@ def test_user_errors_surface_as_in_eager() -> None:
     f = torch.compile(lambda a, b: a @ b, backend="mybackend")
     with pytest.raises(Exception, match=r"(?i)shape|size|mat1"):
         f(torch.ones(2, 3), torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_aten_errors_inside_the_runtime_reach_python(strict: bool) -> None:
+    # index_select fails only at run time, so torch throws its C++ exception
+    # inside the runtime and it unwinds through _C's frames; it must arrive as
+    # the Python error eager raises, never abort the process (a private
+    # libgcc unwinder did: Note [Private libstdc++]). The first call runs under
+    # aot_autograd's custom-op checking mode, later ones reach ATen directly.
+    f = torch.compile(
+        lambda x, i: torch.index_select(x, 0, i).sin(),
+        backend="mybackend",
+        options={"strict": strict},
+    )
+    for _ in range(2):
+        with pytest.raises(IndexError, match="index out of range"):
+            f(torch.ones(3), torch.tensor([5]))
