@@ -139,8 +139,13 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
       if (bias.dtype != spec.dtype || bias.device != graph.value(spec.q).tensor.device ||
           bias.rank() < 2 || bias.rank() > 4)
         return "the attention bias is not a 2-D to 4-D tensor of q's dtype and device";
-      // Unaligned bias rows (a 77-key mask) gave NaN gradients from cuDNN on
-      // an H100: each row must start on 16 bytes (8 f16/bf16 elements).
+      // With 77 keys cuDNN's masked SDPA gave NaN gradients on an H200 (aot
+      // pads the bias rows to 80, so alignment alone is not the cause).
+      const Dim& keys = graph.value(spec.k).tensor.sizes[2];
+      if (!keys.is_static() || keys.static_value() % 8 != 0)
+        return "a bias over " + keys.str() +
+               " keys (not a multiple of 8): cuDNN's masked SDPA gave NaN gradients there";
+      // cuDNN reads bias rows in 16-byte units (8 f16/bf16 elements).
       for (std::size_t d = 0; d + 1 < bias.strides.size(); ++d) {
         const Dim& stride = bias.strides[d];
         if (!stride.is_static() || stride.static_value() % 8 != 0)

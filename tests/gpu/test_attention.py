@@ -128,13 +128,13 @@ def test_sdpa_forward_backward_runs_cudnn(
     _assert_close_as_eager(got, eager, _reference(fn, inputs, grad), dtype)
     stats = _stats(records)
     if seq % 8 and mask in ("bool", "float"):
-        # 77-key bias rows are not 16-byte aligned (cuDNN gave NaN gradients)
-        # and the aten kernel pads its logsumexp: the planner leaves these to aten.
+        # A bias over 77 keys: cuDNN gave NaN gradients here (H200), so the
+        # planner leaves these to the aten kernels.
         whys = " ".join(
             g["why"] for r in records if r.compiled for g in r.compiled.report()["kernels"]
         )
         assert stats == {"attention_groups_run": 0, "attention_fallbacks": 0}, stats
-        assert "16-byte aligned" in whys, whys
+        assert "not a multiple of 8" in whys, whys
         return
     problems = [
         g.get("problem")

@@ -101,11 +101,11 @@ def test_efficient_attention_with_mask_becomes_a_group_with_bias(train: bool) ->
 
 
 @pytest.mark.parametrize("train", [False, True])
-def test_unaligned_mask_rows_stay_the_aten_op(train: bool) -> None:
-    # 77 bf16 keys per bias row: not 16-byte aligned (NaN gradients from cuDNN).
+def test_mask_over_77_keys_stays_the_aten_op(train: bool) -> None:
+    # A bias over 77 keys: cuDNN's masked SDPA gave NaN gradients on an H200.
     graphs = _graphs(_Efficient(), [*QKV77, (2, 1, 77, 77)], train=train)
     (found,) = _attention(graphs["forward" if train else "inference"])
-    assert found.get("none") and "16-byte aligned" in found["all_whys"], found
+    assert found.get("none") and "not a multiple of 8" in found["all_whys"], found
 
 
 def test_dropout_stays_the_aten_op() -> None:
