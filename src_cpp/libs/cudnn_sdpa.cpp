@@ -183,6 +183,36 @@ void set_graph_types(fe::graph::Graph& graph, const at::Tensor& q) {
       .set_compute_data_type(fe::DataType_t::FLOAT);
 }
 
+// One call's device guard, stream handle and plan-cache key (direction,
+// device, then the caller's tensors and attributes).
+struct SdpaCall {
+  SdpaCall(const at::Tensor& q, bool backward)
+      : guard(q.device()),
+        device(q.get_device()),
+        handle(handle_for(device, at::cuda::getCurrentCUDAStream(device).stream())) {
+    key.add(backward ? 1 : 0);
+    key.add(device);
+  }
+  void add_attributes(bool causal, double scale) {
+    key.add(causal ? 1 : 0);
+    key.add_float(static_cast<float>(scale));
+  }
+  const c10::cuda::CUDAGuard guard;
+  const int device;
+  const cudnnHandle_t handle;
+  Key key;
+};
+
+struct QkvInputs {
+  std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
+};
+
+QkvInputs qkv_inputs(fe::graph::Graph& graph, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v) {
+  set_graph_types(graph, q);
+  return {input(graph, "Q", kQ, q), input(graph, "K", kK, k), input(graph, "V", kV, v)};
+}
+
 }  // namespace
 
 std::string sdpa_forward(const SdpaForwardArgs& args) {
@@ -194,21 +224,12 @@ std::string sdpa_forward(const SdpaForwardArgs& args) {
   if (std::string problem = layout_problem({&args.q, &args.k, &args.v, &args.out, &bias});
       !problem.empty())
     return problem;
-  const c10::cuda::CUDAGuard guard(args.q.device());
-  const int device = args.q.get_device();
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
-  const cudnnHandle_t handle = handle_for(device, stream);
-  Key key;
-  key.add(0);  // forward
-  key.add(device);
-  for (const at::Tensor* t : {&args.q, &args.k, &args.v, &args.out, &bias, &stats}) key.add(*t);
-  key.add(args.causal ? 1 : 0);
-  key.add_float(static_cast<float>(args.scale));
-  const Entry& entry = entry_for(key.str(), handle, [&](fe::graph::Graph& graph) {
-    set_graph_types(graph, args.q);
-    auto q = input(graph, "Q", kQ, args.q);
-    auto k = input(graph, "K", kK, args.k);
-    auto v = input(graph, "V", kV, args.v);
+  SdpaCall call(args.q, /*backward=*/false);
+  for (const at::Tensor* t : {&args.q, &args.k, &args.v, &args.out, &bias, &stats})
+    call.key.add(*t);
+  call.add_attributes(args.causal, args.scale);
+  const Entry& entry = entry_for(call.key.str(), call.handle, [&](fe::graph::Graph& graph) {
+    auto [q, k, v] = qkv_inputs(graph, args.q, args.k, args.v);
     fe::graph::SDPA_attributes attributes;
     attributes.set_name("mybackend_sdpa")
         .set_generate_stats(stats.defined())
@@ -226,7 +247,7 @@ std::string sdpa_forward(const SdpaForwardArgs& args) {
                                                {kO, args.out.data_ptr()}};
   if (bias.defined()) pack.emplace(kBias, bias.data_ptr());
   if (stats.defined()) pack.emplace(kStats, stats.data_ptr());
-  execute(entry, handle, pack);
+  execute(entry, call.handle, pack);
   return {};
 }
 
@@ -241,23 +262,13 @@ std::string sdpa_backward(const SdpaBackwardArgs& args) {
                                             &args.grad_q, &args.grad_k, &args.grad_v, &bias});
       !problem.empty())
     return problem;
-  const c10::cuda::CUDAGuard guard(args.q.device());
-  const int device = args.q.get_device();
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
-  const cudnnHandle_t handle = handle_for(device, stream);
-  Key key;
-  key.add(1);  // backward
-  key.add(device);
+  SdpaCall call(args.q, /*backward=*/true);
   for (const at::Tensor* t : {&args.q, &args.k, &args.v, &args.out, &args.grad_out, &args.grad_q,
                               &args.grad_k, &args.grad_v, &bias, &stats})
-    key.add(*t);
-  key.add(args.causal ? 1 : 0);
-  key.add_float(static_cast<float>(args.scale));
-  const Entry& entry = entry_for(key.str(), handle, [&](fe::graph::Graph& graph) {
-    set_graph_types(graph, args.q);
-    auto q = input(graph, "Q", kQ, args.q);
-    auto k = input(graph, "K", kK, args.k);
-    auto v = input(graph, "V", kV, args.v);
+    call.key.add(*t);
+  call.add_attributes(args.causal, args.scale);
+  const Entry& entry = entry_for(call.key.str(), call.handle, [&](fe::graph::Graph& graph) {
+    auto [q, k, v] = qkv_inputs(graph, args.q, args.k, args.v);
     auto o = input(graph, "O", kO, args.out);
     auto d_o = input(graph, "dO", kGradOut, args.grad_out);
     auto lse = input(graph, "Stats", kStats, stats);
@@ -282,7 +293,7 @@ std::string sdpa_backward(const SdpaBackwardArgs& args) {
                                                {kGradK, args.grad_k.data_ptr()},
                                                {kGradV, args.grad_v.data_ptr()}};
   if (bias.defined()) pack.emplace(kBias, bias.data_ptr());
-  execute(entry, handle, pack);
+  execute(entry, call.handle, pack);
   return {};
 }
 

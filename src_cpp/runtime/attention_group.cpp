@@ -4,31 +4,15 @@
 
 #include <ATen/ATen.h>
 
-#include <mutex>
-
 #include "libs/cudnn_sdpa.h"
 
 namespace mybackend {
 namespace {
 
-class AttentionGroup final : public GroupRunner {
+class AttentionGroup final : public LibraryGroup {
  public:
   AttentionGroup(const Graph& graph, std::shared_ptr<const AttentionSpec> spec)
-      : graph_(graph), spec_(std::move(spec)) {}
-
-  bool run(ValueSlots& slots, const SymbolBindings& bindings) const override {
-    try {
-      return attention_is_backward(spec_->source) ? backward(slots, bindings)
-                                                  : forward(slots, bindings);
-    } catch (const std::exception& e) {
-      return fail(std::string("cuDNN SDPA failed: ") + e.what());
-    }
-  }
-
-  std::string problem() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return problem_;
-  }
+      : LibraryGroup(graph, "cuDNN SDPA"), spec_(std::move(spec)) {}
 
   std::string description() const override {
     return "cudnn sdpa: " + std::string(attention_source_name(spec_->source)) +
@@ -38,17 +22,9 @@ class AttentionGroup final : public GroupRunner {
   KernelKind kind() const override { return KernelKind::Attention; }
 
  private:
-  bool fail(const std::string& why) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    problem_ = why;
-    return false;
-  }
-
-  static const at::Tensor* tensor(const ValueSlots& slots, ValueId value) {
-    if (value < 0) return nullptr;
-    const c10::IValue& v = slots[static_cast<std::size_t>(value)];
-    if (!v.isTensor() || !v.toTensor().defined()) return nullptr;
-    return &v.toTensor();
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
+    return attention_is_backward(spec_->source) ? backward(slots, bindings)
+                                                : forward(slots, bindings);
   }
 
   // A tensor of the IR's sizes, strides and dtype for `value` on `device`;
@@ -171,19 +147,14 @@ class AttentionGroup final : public GroupRunner {
     return fill_extra_outputs(slots, bindings, in.q, in.k);
   }
 
-  const Graph& graph_;
   std::shared_ptr<const AttentionSpec> spec_;
-  mutable std::mutex mutex_;
-  mutable std::string problem_;
 };
 
 }  // namespace
 
-AttentionRunnerResult make_attention_runner(const Graph& graph,
-                                            std::shared_ptr<const AttentionSpec> spec) {
-  AttentionRunnerResult result;
-  result.runner = std::make_unique<AttentionGroup>(graph, std::move(spec));
-  return result;
+RunnerResult make_attention_runner(const Graph& graph,
+                                   std::shared_ptr<const AttentionSpec> spec) {
+  return {std::make_unique<AttentionGroup>(graph, std::move(spec)), ""};
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> attention_plan_cache_counters() {
@@ -200,7 +171,7 @@ std::vector<std::pair<std::string, std::uint64_t>> attention_plan_cache_counters
 
 namespace mybackend {
 
-AttentionRunnerResult make_attention_runner(const Graph&, std::shared_ptr<const AttentionSpec>) {
+RunnerResult make_attention_runner(const Graph&, std::shared_ptr<const AttentionSpec>) {
   return {nullptr, "this build of mybackend has no cuDNN support"};
 }
 

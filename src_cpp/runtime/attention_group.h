@@ -22,18 +22,12 @@
 
 #include "fusion/attention_spec.h"
 #include "ir/graph.h"
-#include "runtime/group_runner.h"
+#include "runtime/library_group.h"
 
 namespace mybackend {
 
-struct AttentionRunnerResult {
-  std::unique_ptr<GroupRunner> runner;  // null: the group runs as ATen calls
-  std::string problem;                  // why it is null
-};
-
 // Nothing touches the GPU here: cuDNN's handle and graph come on the first run.
-AttentionRunnerResult make_attention_runner(const Graph& graph,
-                                            std::shared_ptr<const AttentionSpec> spec);
+RunnerResult make_attention_runner(const Graph& graph, std::shared_ptr<const AttentionSpec> spec);
 
 // The counters of the cuDNN SDPA plan cache (hits, misses, entries,
 // unsupported); all zero without cuDNN.

@@ -4,35 +4,19 @@
 
 #include <ATen/ATen.h>
 
-#include <mutex>
-
 #include "libs/cudnn_conv.h"
 
 namespace mybackend {
 namespace {
 
-class ConvGroup final : public GroupRunner {
+class ConvGroup final : public LibraryGroup {
  public:
   ConvGroup(const Graph& graph, std::shared_ptr<const ConvSpec> spec)
-      : graph_(graph), spec_(std::move(spec)) {
+      : LibraryGroup(graph, "cuDNN"), spec_(std::move(spec)) {
     geometry_.stride = spec_->stride;
     geometry_.padding = spec_->padding;
     geometry_.dilation = spec_->dilation;
     geometry_.groups = spec_->groups;
-  }
-
-  bool run(ValueSlots& slots, const SymbolBindings& bindings) const override {
-    try {
-      return spec_->direction == ConvDirection::Forward ? forward(slots, bindings)
-                                                        : backward(slots);
-    } catch (const std::exception& e) {
-      return fail(std::string("cuDNN failed: ") + e.what());
-    }
-  }
-
-  std::string problem() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return problem_;
   }
 
   std::string description() const override {
@@ -44,17 +28,9 @@ class ConvGroup final : public GroupRunner {
   KernelKind kind() const override { return KernelKind::Conv; }
 
  private:
-  bool fail(const std::string& why) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    problem_ = why;
-    return false;
-  }
-
-  static const at::Tensor* tensor(const ValueSlots& slots, ValueId value) {
-    if (value < 0) return nullptr;
-    const c10::IValue& v = slots[static_cast<std::size_t>(value)];
-    if (!v.isTensor() || !v.toTensor().defined()) return nullptr;
-    return &v.toTensor();
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
+    return spec_->direction == ConvDirection::Forward ? forward(slots, bindings)
+                                                      : backward(slots);
   }
 
   // Note [Conv layout]: eager's cudnn_conv_suggest_memory_format.
@@ -165,19 +141,14 @@ class ConvGroup final : public GroupRunner {
     return true;
   }
 
-  const Graph& graph_;
   std::shared_ptr<const ConvSpec> spec_;
   cudnn::ConvGeometry geometry_;
-  mutable std::mutex mutex_;
-  mutable std::string problem_;
 };
 
 }  // namespace
 
-ConvRunnerResult make_conv_runner(const Graph& graph, std::shared_ptr<const ConvSpec> spec) {
-  ConvRunnerResult result;
-  result.runner = std::make_unique<ConvGroup>(graph, std::move(spec));
-  return result;
+RunnerResult make_conv_runner(const Graph& graph, std::shared_ptr<const ConvSpec> spec) {
+  return {std::make_unique<ConvGroup>(graph, std::move(spec)), ""};
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> conv_plan_cache_counters() {
@@ -194,7 +165,7 @@ std::vector<std::pair<std::string, std::uint64_t>> conv_plan_cache_counters() {
 
 namespace mybackend {
 
-ConvRunnerResult make_conv_runner(const Graph&, std::shared_ptr<const ConvSpec>) {
+RunnerResult make_conv_runner(const Graph&, std::shared_ptr<const ConvSpec>) {
   return {nullptr, "this build of mybackend has no cuDNN (cmake/cudnn.cmake)"};
 }
 

@@ -31,18 +31,13 @@
 
 #include "fusion/conv_spec.h"
 #include "ir/graph.h"
-#include "runtime/group_runner.h"
+#include "runtime/library_group.h"
 
 namespace mybackend {
 
-struct ConvRunnerResult {
-  std::unique_ptr<GroupRunner> runner;  // null: the group runs as ATen calls
-  std::string problem;                  // why it is null
-};
-
 // Nothing touches the GPU here: plans are built on the first run of each
 // signature.
-ConvRunnerResult make_conv_runner(const Graph& graph, std::shared_ptr<const ConvSpec> spec);
+RunnerResult make_conv_runner(const Graph& graph, std::shared_ptr<const ConvSpec> spec);
 
 // The counters of the process's cuDNN convolution plan cache (hits, misses,
 // entries, failures); all zero without cuDNN.

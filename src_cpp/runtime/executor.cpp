@@ -44,15 +44,15 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);
       if (matmul) {
-        MatmulRunnerResult made = make_matmul_runner(*graph_, group.matmul);
+        RunnerResult made = make_matmul_runner(*graph_, group.matmul);
         entry.runner = std::move(made.runner);
         entry.status.problem = std::move(made.problem);
       } else if (attention) {
-        AttentionRunnerResult made = make_attention_runner(*graph_, group.attention);
+        RunnerResult made = make_attention_runner(*graph_, group.attention);
         entry.runner = std::move(made.runner);
         entry.status.problem = std::move(made.problem);
       } else if (conv) {
-        ConvRunnerResult made = make_conv_runner(*graph_, group.conv);
+        RunnerResult made = make_conv_runner(*graph_, group.conv);
         entry.runner = std::move(made.runner);
         entry.status.problem = std::move(made.problem);
       } else {

@@ -1,6 +1,7 @@
 // A kernel group the executor hands to an engine instead of running its
 // nodes as ATen calls: a generated pointwise, reduction or norm kernel
-// (generated_kernel.h) or a cuBLASLt product (matmul_group.h). The executor
+// (generated_kernel.h) or a library call (library_group.h: cuBLASLt products,
+// cuDNN convolutions and attention). The executor
 // runs every such group through one kind of step (Executor::Step::engine).
 #pragma once
 

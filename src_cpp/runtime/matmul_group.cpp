@@ -2,30 +2,15 @@
 
 #ifdef MYBACKEND_WITH_CUDA
 
-#include <mutex>
-
 #include "libs/cublaslt_gemm.h"
 
 namespace mybackend {
 namespace {
 
-class MatmulGroup final : public GroupRunner {
+class MatmulGroup final : public LibraryGroup {
  public:
   MatmulGroup(const Graph& graph, std::shared_ptr<const MatmulSpec> spec)
-      : graph_(graph), spec_(std::move(spec)) {}
-
-  bool run(ValueSlots& slots, const SymbolBindings& bindings) const override {
-    try {
-      return launch(slots, bindings);
-    } catch (const std::exception& e) {
-      return fail(std::string("cuBLASLt failed: ") + e.what());
-    }
-  }
-
-  std::string problem() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return problem_;
-  }
+      : LibraryGroup(graph, "cuBLASLt"), spec_(std::move(spec)) {}
 
   std::string description() const override {
     return "cublaslt: " + spec_->op.substr(6) + " epilogue " +
@@ -35,12 +20,6 @@ class MatmulGroup final : public GroupRunner {
   KernelKind kind() const override { return KernelKind::Matmul; }
 
  private:
-  bool fail(const std::string& why) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    problem_ = why;
-    return false;
-  }
-
   // The IR sizes of `value` for this call's symbols; false when unbound.
   bool sizes_of(ValueId value, const SymbolBindings& bindings,
                 std::vector<std::int64_t>& out) const {
@@ -53,13 +32,7 @@ class MatmulGroup final : public GroupRunner {
     return true;
   }
 
-  static const at::Tensor* tensor(const ValueSlots& slots, ValueId value) {
-    const c10::IValue& v = slots[static_cast<std::size_t>(value)];
-    if (!v.isTensor() || !v.toTensor().defined()) return nullptr;
-    return &v.toTensor();
-  }
-
-  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const {
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
     const MatmulSpec& spec = *spec_;
     cublaslt::GemmArgs args;
     const at::Tensor* mat1 = tensor(slots, spec.mat1.value);
@@ -98,18 +71,13 @@ class MatmulGroup final : public GroupRunner {
     return true;
   }
 
-  const Graph& graph_;
   std::shared_ptr<const MatmulSpec> spec_;
-  mutable std::mutex mutex_;
-  mutable std::string problem_;
 };
 
 }  // namespace
 
-MatmulRunnerResult make_matmul_runner(const Graph& graph, std::shared_ptr<const MatmulSpec> spec) {
-  MatmulRunnerResult result;
-  result.runner = std::make_unique<MatmulGroup>(graph, std::move(spec));
-  return result;
+RunnerResult make_matmul_runner(const Graph& graph, std::shared_ptr<const MatmulSpec> spec) {
+  return {std::make_unique<MatmulGroup>(graph, std::move(spec)), ""};
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> matmul_algo_cache_counters() {
@@ -126,7 +94,7 @@ std::vector<std::pair<std::string, std::uint64_t>> matmul_algo_cache_counters() 
 
 namespace mybackend {
 
-MatmulRunnerResult make_matmul_runner(const Graph&, std::shared_ptr<const MatmulSpec>) {
+RunnerResult make_matmul_runner(const Graph&, std::shared_ptr<const MatmulSpec>) {
   return {nullptr, "this build of mybackend has no CUDA support"};
 }
 

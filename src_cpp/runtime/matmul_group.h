@@ -20,18 +20,13 @@
 
 #include "fusion/matmul_spec.h"
 #include "ir/graph.h"
-#include "runtime/group_runner.h"
+#include "runtime/library_group.h"
 
 namespace mybackend {
 
-struct MatmulRunnerResult {
-  std::unique_ptr<GroupRunner> runner;  // null: the group runs as ATen calls
-  std::string problem;                  // why it is null
-};
-
 // Nothing touches the GPU here: cuBLASLt's handle and algorithm come on
 // the first run.
-MatmulRunnerResult make_matmul_runner(const Graph& graph, std::shared_ptr<const MatmulSpec> spec);
+RunnerResult make_matmul_runner(const Graph& graph, std::shared_ptr<const MatmulSpec> spec);
 
 // The counters of the process's cuBLASLt algorithm cache (hits, misses,
 // entries); all zero without CUDA.
