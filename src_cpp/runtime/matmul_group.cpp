@@ -14,9 +14,10 @@ class MatmulGroup final : public GroupRunner {
   MatmulGroup(const Graph& graph, std::shared_ptr<const MatmulSpec> spec)
       : graph_(graph), spec_(std::move(spec)) {}
 
-  bool run(ValueSlots& slots, const SymbolBindings& bindings) const override {
+  bool run(ValueSlots& slots, const SymbolBindings& bindings,
+           PlannedOutputs& outputs) const override {
     try {
-      return launch(slots, bindings);
+      return launch(slots, bindings, outputs);
     } catch (const std::exception& e) {
       return fail(std::string("cuBLASLt failed: ") + e.what());
     }
@@ -59,7 +60,7 @@ class MatmulGroup final : public GroupRunner {
     return &v.toTensor();
   }
 
-  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const {
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings, PlannedOutputs& outputs) const {
     const MatmulSpec& spec = *spec_;
     cublaslt::GemmArgs args;
     const at::Tensor* mat1 = tensor(slots, spec.mat1.value);
@@ -87,6 +88,10 @@ class MatmulGroup final : public GroupRunner {
     if (!sizes_of(spec.output, bindings, out_sizes) ||
         (spec.bias_grad >= 0 && !sizes_of(spec.bias_grad, bindings, grad_sizes)))
       return fail("an output size depends on an unbound symbol");
+    // cuBLASLt's wrapper allocates D itself: the planned storage goes back
+    // to the caching allocator first (Note [Memory plan]).
+    outputs.hand_back(spec.output);
+    if (spec.bias_grad >= 0) outputs.hand_back(spec.bias_grad);
     cublaslt::GemmResult result = cublaslt::gemm(args);
     if (!result.ok()) return fail(result.problem);
     // Note [Views after the product]: the group's output may be a view of D.
