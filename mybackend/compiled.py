@@ -4,6 +4,19 @@ It follows aot's boxed calling convention (one list of inputs, cleared once
 read so activations can be freed early) and owns the failure policy at run
 time: if the core fails on a call where eager succeeds, warn once and run
 this graph eagerly from then on, unless the user asked for strict mode.
+
+Note [Boxed inputs die in the graph]
+Nothing here keeps a reference to the inputs while the compiled graph runs:
+the boxed list itself (with the constants appended) goes to
+``_C.CompiledGraph.run_boxed``, which empties it and hands every input to
+the C++ executor, which releases each after its last use, so a backward
+graph frees saved activations as it goes, as eager autograd does. Recovery
+needs the inputs, so the core keeps them on trial calls only (the first
+call of each input signature) and puts them back into the list when such a
+call fails (Note [Input ownership] in src_cpp/runtime/recovery_window.h).
+A failure on a proven signature finds the list empty: it is data- or
+resource-dependent (out of memory, a device-side assert), eager would fail
+alike, and the error is raised as it is.
 """
 
 from __future__ import annotations
@@ -44,24 +57,29 @@ class CompiledGraphFunction:
         self.accuracy: list[dict[str, Any]] = []  # accuracy_check's results, per partition
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        inputs = list(args)
-        args.clear()
         if self._fell_back:
+            inputs = list(args)
+            args.clear()
             return run_eager(self._eager, inputs)
         if self._check_accuracy:
             self._check_accuracy = False
             try:
-                self._run_accuracy_check(inputs)
+                self._run_accuracy_check(list(args))
             except Exception as error:  # the check must not break the user's call
                 if self._options.strict:
                     raise
                 warn_once(f"accuracy:{self.name}", f"mybackend: accuracy check of "
                           f"{self.name} failed ({type(error).__name__}: {error})")  # fmt: skip
+        # Note [Boxed inputs die in the graph]: `args` is the only holder here.
+        count = len(args)
+        args.extend(self._constants)
         try:
-            return self._compiled.run(inputs + self._constants)  # type: ignore[no-any-return]
+            return self._compiled.run_boxed(args)  # type: ignore[no-any-return]
         except Exception as error:
-            if self._options.strict:
+            if self._options.strict or not args:
                 raise
+            inputs = args[:count]
+            args.clear()
             return self._recover(inputs, error)
 
     def _recover(self, inputs: list[Any], error: Exception) -> list[Any]:

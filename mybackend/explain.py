@@ -173,6 +173,7 @@ def graph_dict(record: GraphRecord) -> dict[str, Any]:
         "repro": record.repro_path,
         "stage_times": [list(t) for t in record.stage_times],
         "cuda_graphs": report["cuda_graphs"] if report else None,
+        "memory_plan": report.get("memory_plan") if report else None,
         "stats": graph_stats(record),
         "fallback_nodes": fallbacks_of(record),
         "accuracy": graph_accuracy(record),
@@ -205,11 +206,29 @@ def format_graph_record(record: GraphRecord, sources: bool = False) -> str:
             lines.extend(_source_lines(kernels))
     lines.extend(_fallback_lines(record))
     lines.append(f"  CUDA graphs: {report['cuda_graphs']}")
+    if "memory_plan" in report:
+        lines.append(memory_plan_line(report["memory_plan"]))
     stats = graph_stats(record)
     if stats:
         lines.append("  runs: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
     lines.extend(_accuracy_lines(graph_accuracy(record)))
     return "\n".join(lines)
+
+
+def memory_plan_line(plan: dict[str, Any]) -> str:
+    """The runtime's memory plan of one graph in one line (Note [Memory plan])."""
+
+    def mib(n: int) -> str:
+        return f"{n / 2**20:.2f} MiB"
+
+    text = f"  memory plan: {plan['points']} points; "
+    if not plan["planned_values"]:
+        return text + "no engine output with a static size to place"
+    return text + (
+        f"{plan['planned_values']} engine outputs in {plan['buffers']} buffers "
+        f"({plan['reuses']} reuses): {mib(plan['bytes_with_reuse'])} with reuse, "
+        f"{mib(plan['bytes_without_reuse'])} without, peak {mib(plan['peak_bytes'])} alive"
+    )
 
 
 def _source_lines(kernels: list[dict[str, Any]]) -> list[str]:

@@ -141,6 +141,21 @@ std::string generated_source(const KernelGroup& group) {
 #endif
 }
 
+// Note [Memory plan] in runtime/memory_plan.h: the figures explain() shows.
+py::dict memory_plan_to_dict(const MemoryPlan& plan) {
+  py::dict out;
+  std::size_t points = plan.release_after.size(), hand_overs = 0;
+  for (const auto& over : plan.hand_over_after) hand_overs += over.size();
+  out["points"] = points;
+  out["planned_values"] = plan.planned_values;
+  out["buffers"] = plan.buffers.size();
+  out["reuses"] = hand_overs;
+  out["bytes_without_reuse"] = plan.bytes_without_reuse;
+  out["bytes_with_reuse"] = plan.bytes_with_reuse;
+  out["peak_bytes"] = plan.peak_bytes;
+  return out;
+}
+
 py::dict report_to_dict(const CompiledGraph& compiled) {
   const CompileReport& report = compiled.report();
   py::list stage_times, kernels;
@@ -171,6 +186,7 @@ py::dict report_to_dict(const CompiledGraph& compiled) {
   out["nodes"] = node_reports(compiled.graph(), report);
   out["kernels"] = kernels;
   out["cuda_graphs"] = compiled.cuda_graphs().status();
+  out["memory_plan"] = memory_plan_to_dict(compiled.executor().memory_plan());
   return out;
 }
 
@@ -196,7 +212,38 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["attention_fallbacks"] = stats.attention_fallbacks;
   out["conv_groups_run"] = stats.conv_groups_run;
   out["conv_fallbacks"] = stats.conv_fallbacks;
+  out["planned_outputs_taken"] = stats.planned_outputs_taken;
+  out["planned_outputs_missed"] = stats.planned_outputs_missed;
   return out;
+}
+
+// Note [Input ownership] in runtime/recovery_window.h: after the inputs
+// are read, `args` holds no reference; the executor's slots hold the only
+// ones the runtime has.
+py::list run_boxed(const CompiledGraph& compiled, py::list args) {
+  std::vector<c10::IValue> inputs;
+  inputs.reserve(args.size());
+  for (py::handle arg : args) inputs.push_back(to_ivalue(arg));
+  MB_CHECK(PyList_SetSlice(args.ptr(), 0, PY_SSIZE_T_MAX, nullptr) == 0,
+           "emptying the argument list failed");
+  std::vector<c10::IValue> outputs, given_back;
+  std::exception_ptr failure;
+  {
+    py::gil_scoped_release release;
+    try {
+      outputs = compiled.run_owning(std::move(inputs), given_back);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (failure) {
+    for (const auto& input : given_back) args.append(from_ivalue(input));
+    given_back.clear();
+    std::rethrow_exception(failure);
+  }
+  py::list result;
+  for (const auto& output : outputs) result.append(from_ivalue(output));
+  return result;
 }
 
 }  // namespace
@@ -219,6 +266,12 @@ void bind_compile(py::module_& m) {
             return result;
           },
           py::arg("inputs"), "Run the graph on a list of inputs; returns the list of outputs.")
+      .def("run_boxed", &run_boxed, py::arg("args"),
+           "Run the graph on a list of inputs it takes over (aot's boxed convention): the list "
+           "is emptied first, so each input dies after its last use in the graph. A call that "
+           "fails on an input signature that never ran to the end refills the list with the "
+           "inputs (and the constants passed with them) before raising (Note [Input "
+           "ownership]).")
       .def("report", &report_to_dict)
       .def("stats", &stats_to_dict)
       .def_property_readonly("graph",

@@ -15,6 +15,7 @@
 #include "partition/partitioner.h"
 #include "runtime/cuda_graph_runner.h"
 #include "runtime/executor.h"
+#include "runtime/recovery_window.h"
 
 namespace mybackend {
 
@@ -44,6 +45,12 @@ class CompiledGraph {
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const {
     return runner_->run(std::move(inputs));
   }
+  // A boxed call (Note [Input ownership] in recovery_window.h): the inputs
+  // are taken over and die as the graph runs, except on a trial call, which
+  // keeps them and, when it fails, moves them to `given_back` before the
+  // error propagates, so that the caller can rerun the graph eagerly.
+  std::vector<c10::IValue> run_owning(std::vector<c10::IValue> inputs,
+                                      std::vector<c10::IValue>& given_back) const;
   const CompileReport& report() const { return report_; }
   ExecutionStats stats() const { return executor_->stats(); }
   const Graph& graph() const { return executor_->graph(); }
@@ -54,6 +61,7 @@ class CompiledGraph {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<CudaGraphRunner> runner_;  // declared after executor_: it refers to it
   CompileReport report_;
+  mutable RecoveryWindow recovery_;  // run() is const: it only learns which calls may skip recovery
 };
 
 struct CompileState {

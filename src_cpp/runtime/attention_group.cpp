@@ -147,6 +147,8 @@ class AttentionGroup final : public LibraryGroup {
     return fill_extra_outputs(slots, bindings, in.q, in.k);
   }
 
+  std::vector<ValueId> written() const override { return spec_->outputs(); }
+
   std::shared_ptr<const AttentionSpec> spec_;
 };
 

@@ -141,6 +141,10 @@ class ConvGroup final : public LibraryGroup {
     return true;
   }
 
+  std::vector<ValueId> written() const override {
+    return {spec_->output, spec_->grad_input, spec_->grad_weight, spec_->grad_bias};
+  }
+
   std::shared_ptr<const ConvSpec> spec_;
   cudnn::ConvGeometry geometry_;
 };

@@ -23,10 +23,10 @@ namespace {
 // Ops that read device memory on the host or size outputs by data: a graph
 // holding one cannot be replayed.
 constexpr const char* kHostSynchronisingOps[] = {
-    "aten::_local_scalar_dense.default", "aten::item.default",        "aten::nonzero.default",
-    "aten::masked_select.default",       "aten::_unique2.default",    "aten::unique_dim.default",
-    "aten::unique_consecutive.default",  "aten::equal.default",       "aten::is_nonzero.default",
-    "aten::repeat_interleave.Tensor",    "aten::bincount.default",    "aten::histc.default",
+    "aten::_local_scalar_dense.default", "aten::item.default",     "aten::nonzero.default",
+    "aten::masked_select.default",       "aten::_unique2.default", "aten::unique_dim.default",
+    "aten::unique_consecutive.default",  "aten::equal.default",    "aten::is_nonzero.default",
+    "aten::repeat_interleave.Tensor",    "aten::bincount.default", "aten::histc.default",
 };
 
 }  // namespace
@@ -37,7 +37,8 @@ std::string capture_blocker(const Graph& graph) {
       return "node " + node.name + " (" + node.op + ") runs in Python";
     }
     for (const char* op : kHostSynchronisingOps) {
-      if (node.op == op) return "node " + node.name + " (" + node.op + ") synchronises with the host";
+      if (node.op == op)
+        return "node " + node.name + " (" + node.op + ") synchronises with the host";
     }
   }
   bool any_cuda = false;
@@ -56,10 +57,10 @@ std::string capture_blocker(const Graph& graph) {
 
 namespace {
 
-#define MB_CUDA_CHECK(call)                                                               \
-  do {                                                                                    \
-    cudaError_t status_ = (call);                                                         \
-    MB_CHECK(status_ == cudaSuccess, #call " failed: ", cudaGetErrorString(status_));     \
+#define MB_CUDA_CHECK(call)                                                           \
+  do {                                                                                \
+    cudaError_t status_ = (call);                                                     \
+    MB_CHECK(status_ == cudaSuccess, #call " failed: ", cudaGetErrorString(status_)); \
   } while (0)
 
 struct CapturedGraph {
@@ -67,6 +68,9 @@ struct CapturedGraph {
   std::vector<c10::IValue> inputs;   // owned buffers, or the caller's static tensors
   std::vector<c10::IValue> outputs;  // the graph's output memory
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> handed_out;
+  // Per input: whether an output aliases its buffer (hand_out then gives
+  // back a view of the caller's own input, so replay must keep it).
+  std::vector<bool> aliased_by_output;
 };
 
 // Gives a storage the caller still holds memory of its own (Note [CUDA-graph rules]).
@@ -126,8 +130,9 @@ struct CudaGraphRunner::Impl {
   }
 
   std::vector<c10::IValue> capture(const std::string& key, const std::vector<c10::IValue>& inputs);
-  std::vector<c10::IValue> replay(CapturedGraph& captured, const std::vector<c10::IValue>& inputs);
-  std::vector<c10::IValue> hand_out(CapturedGraph& captured, const std::vector<c10::IValue>& inputs);
+  std::vector<c10::IValue> replay(CapturedGraph& captured, std::vector<c10::IValue>& inputs);
+  std::vector<c10::IValue> hand_out(CapturedGraph& captured,
+                                    const std::vector<c10::IValue>& inputs);
 };
 
 std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
@@ -176,6 +181,15 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
     return executor.run(inputs);
   }
   captures.fetch_add(1);
+  captured->aliased_by_output.assign(inputs.size(), false);
+  for (const c10::IValue& output : captured->outputs) {
+    if (!output.isTensor()) continue;
+    const void* base = output.toTensor().storage().data();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (captured->inputs[i].isTensor() && captured->inputs[i].toTensor().storage().data() == base)
+        captured->aliased_by_output[i] = true;
+    }
+  }
   CapturedGraph& stored = *captured;
   graphs[key] = std::move(captured);
   // Capture recorded the work without running it: run it once now.
@@ -184,13 +198,18 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
   return hand_out(stored, inputs);
 }
 
+// The caller's copied inputs are dropped once copied (the copy is ordered
+// on the stream before any reuse of their memory), so they do not sit
+// through the replay and the re-homing of earlier outputs (Note [Input
+// ownership] in recovery_window.h).
 std::vector<c10::IValue> CudaGraphRunner::Impl::replay(CapturedGraph& captured,
-                                                       const std::vector<c10::IValue>& inputs) {
+                                                       std::vector<c10::IValue>& inputs) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor() || is_static(i)) continue;
     at::Tensor buffer = captured.inputs[i].toTensor();
     const at::Tensor& given = inputs[i].toTensor();
     if (given.data_ptr() != buffer.data_ptr()) buffer.copy_(given, /*non_blocking=*/true);
+    if (!captured.aliased_by_output[i]) inputs[i] = c10::IValue();
   }
   for (auto& weak : captured.handed_out) {
     if (auto storage = weak.lock()) move_to_own_memory(*storage);
@@ -216,10 +235,12 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::hand_out(CapturedGraph& captured
     const void* base = t.storage().data();
     bool aliased_input = false;
     for (std::size_t i = 0; i < inputs.size() && !aliased_input; ++i) {
-      if (!captured.inputs[i].isTensor() || captured.inputs[i].toTensor().storage().data() != base) {
+      if (!captured.inputs[i].isTensor() ||
+          captured.inputs[i].toTensor().storage().data() != base) {
         continue;
       }
-      results.emplace_back(inputs[i].toTensor().as_strided(t.sizes(), t.strides(), t.storage_offset()));
+      results.emplace_back(
+          inputs[i].toTensor().as_strided(t.sizes(), t.strides(), t.storage_offset()));
       aliased_input = true;
     }
     if (aliased_input) continue;

@@ -1,9 +1,94 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "common/error.h"
 #include "runtime/builtin_ops.h"
 
 namespace mybackend {
+namespace {
+
+// The bytes of storage a tensor of this type spans, when its sizes and
+// strides are static (what at::empty_strided asks the allocator for).
+std::optional<std::int64_t> static_storage_bytes(const TensorType& type, bool contiguous) {
+  std::int64_t extent = 1, numel = 1;
+  for (std::size_t d = 0; d < type.sizes.size(); ++d) {
+    if (!type.sizes[d].is_static() || !type.strides[d].is_static()) return std::nullopt;
+    const std::int64_t size = type.sizes[d].static_value();
+    const std::int64_t stride = type.strides[d].static_value();
+    if (size == 0) return std::int64_t{0};
+    numel *= size;
+    extent += (size - 1) * (stride < 0 ? -stride : stride);
+  }
+  return (contiguous ? numel : extent) * dtype_size_bytes(type.dtype);
+}
+
+// The values an engine writes for a group (its runner allocates them).
+std::vector<ValueId> engine_outputs(const KernelGroup& group) {
+  switch (group.kind) {
+    case KernelKind::Pointwise: return group.pointwise->outputs;
+    case KernelKind::Reduction: return group.reduction->outputs;
+    case KernelKind::Norm: {
+      std::vector<ValueId> out;
+      for (const auto& [name, value] : group.norm->outputs)
+        if (value >= 0) out.push_back(value);
+      return out;
+    }
+    case KernelKind::Matmul: {
+      std::vector<ValueId> out{group.matmul->output};
+      if (group.matmul->bias_grad >= 0) out.push_back(group.matmul->bias_grad);
+      return out;
+    }
+    // cuDNN allocates its outputs per call with layouts chosen at run time
+    // (Note [Conv layout]): no planned buffers.
+    case KernelKind::Conv:
+    case KernelKind::Attention:
+    case KernelKind::AtenSequence: break;
+  }
+  return {};
+}
+
+// Reads, definitions and aliases of one node, for the memory plan. An ATen
+// operator's schema says whether a result may alias an argument (views,
+// in-place and out= results); then every output counts as an alias of every
+// tensor input, and only when all results are such non-writing aliases does
+// the node allocate nothing. A Python node may return or stash anything.
+void add_node_to_point(const Graph& graph, const Node& node, PlanPoint& point) {
+  const std::vector<ValueId> inputs = node.input_values();
+  point.reads.insert(point.reads.end(), inputs.begin(), inputs.end());
+  point.defines.insert(point.defines.end(), node.outputs.begin(), node.outputs.end());
+  bool aliases = false;
+  switch (node.kind) {
+    case NodeKind::Builtin: point.allocates = false; return;
+    case NodeKind::Python:
+      point.same_stream = false;
+      aliases = true;
+      break;
+    case NodeKind::Aten: {
+      const c10::FunctionSchema& schema = resolve_operator(node).schema();
+      bool fresh = schema.returns().empty();
+      for (const c10::Argument& r : schema.returns()) {
+        if (r.alias_info() == nullptr || r.alias_info()->isWrite()) fresh = true;
+        if (r.alias_info() != nullptr) aliases = true;
+      }
+      for (const c10::Argument& a : schema.arguments())
+        if (a.alias_info() != nullptr && a.alias_info()->isWrite()) fresh = true;
+      if (!fresh) point.allocates = false;
+      const std::string& ns = node.op;
+      if (ns.rfind("aten::", 0) != 0 && ns.rfind("prims::", 0) != 0) point.same_stream = false;
+      break;
+    }
+  }
+  if (!aliases) return;
+  for (ValueId out : node.outputs) {
+    if (graph.value(out).kind != ValueKind::Tensor) continue;
+    for (ValueId in : inputs)
+      if (graph.value(in).kind == ValueKind::Tensor) point.aliases.emplace_back(out, in);
+  }
+}
+
+}  // namespace
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
                    const FusionPlan& fusion, PythonFallback python_fallback,
@@ -19,7 +104,7 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
       add_node_step(graph_->node(scheduled.index));
     }
   }
-  plan_releases();
+  plan_memory_use();
 }
 
 // Prepares every engine group of the plan, in plan order. Generated
@@ -43,6 +128,13 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
       EngineGroup entry;
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);
+      for (ValueId v : engine_outputs(group)) {
+        const Value& value = graph_->value(v);
+        if (value.kind != ValueKind::Tensor) continue;
+        const auto bytes = static_storage_bytes(value.tensor, /*contiguous=*/matmul);
+        if (bytes && *bytes > 0)
+          entry.outputs.push_back(BufferCandidate{v, *bytes, value.tensor.device.str()});
+      }
       if (matmul) {
         RunnerResult made = make_matmul_runner(*graph_, group.matmul);
         entry.runner = std::move(made.runner);
@@ -125,34 +217,50 @@ void Executor::add_node_step(const Node& node) {
   steps_.push_back(std::move(step));
 }
 
-// Each value is released after the last step that reads it, unless the
-// graph returns it.
-void Executor::plan_releases() {
-  std::vector<int> last_use(graph_->values().size(), -1);
-  auto nodes_of = [&](const Step& step) {
-    std::vector<NodeId> ids;
-    if (step.kind == StepKind::KernelGroup || step.kind == StepKind::AtenNode) {
-      for (std::size_t c : step.calls) ids.push_back(calls_[c].node().id);
-    } else {
-      ids.push_back(step.node);
+// One point per engine step, builtin and Python node, one per ATen call
+// otherwise (Step::first_point); the candidates are the engine outputs of
+// groups an engine runs.
+MemoryPlanInput Executor::memory_plan_input() const {
+  MemoryPlanInput in;
+  in.value_count = graph_->values().size();
+  in.graph_inputs = graph_->inputs();
+  for (const Step& step : steps_) {
+    if (step.kind == StepKind::BuiltinNode || step.kind == StepKind::PythonNode) {
+      in.points.emplace_back();
+      add_node_to_point(*graph_, graph_->node(step.node), in.points.back());
+      continue;
     }
-    return ids;
-  };
-  for (std::size_t s = 0; s < steps_.size(); ++s) {
-    for (ValueId v : steps_[s].reads) last_use[v] = static_cast<int>(s);
-    for (NodeId id : nodes_of(steps_[s])) {
-      for (ValueId v : graph_->node(id).input_values()) last_use[v] = static_cast<int>(s);
-      // Outputs nobody reads are dropped at once.
-      for (ValueId v : graph_->node(id).outputs) {
-        if (last_use[v] < static_cast<int>(s)) last_use[v] = static_cast<int>(s);
-      }
+    const bool one_point = step.engine >= 0;
+    for (std::size_t k = 0; k < step.calls.size(); ++k) {
+      if (!one_point || k == 0) in.points.emplace_back();
+      add_node_to_point(*graph_, calls_[step.calls[k]].node(), in.points.back());
     }
+    if (step.calls.empty()) in.points.emplace_back();
+    PlanPoint& last = in.points.back();
+    last.reads.insert(last.reads.end(), step.reads.begin(), step.reads.end());
+    if (one_point) last.allocates = true;
   }
   for (const Argument& out : graph_->outputs())
-    out.for_each_value([&](ValueId v) { last_use[v] = -1; });
-  for (std::size_t v = 0; v < last_use.size(); ++v) {
-    if (last_use[v] >= 0) steps_[last_use[v]].release_after.push_back(static_cast<ValueId>(v));
+    out.for_each_value([&](ValueId v) { in.graph_outputs.push_back(v); });
+  for (const Step& step : steps_) {
+    if (step.engine < 0) continue;
+    const EngineGroup& group = engine_groups_[static_cast<std::size_t>(step.engine)];
+    in.candidates.insert(in.candidates.end(), group.outputs.begin(), group.outputs.end());
   }
+  return in;
+}
+
+void Executor::plan_memory_use() {
+  std::size_t point = 0;
+  for (Step& step : steps_) {
+    step.first_point = point;
+    const bool per_call =
+        step.engine < 0 && (step.kind == StepKind::KernelGroup || step.kind == StepKind::AtenNode);
+    point += per_call ? std::max<std::size_t>(1, step.calls.size()) : 1;
+  }
+  plan_ = plan_memory(memory_plan_input());
+  MB_ASSERT(plan_.release_after.size() == point, "memory plan has ", plan_.release_after.size(),
+            " points, the steps ", point);
 }
 
 std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
@@ -162,10 +270,11 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
   const SymbolBindings bindings = binder_.bind(inputs);
   ValueSlots slots(graph_->values().size());
   for (std::size_t i = 0; i < inputs.size(); ++i) slots[input_ids[i]] = std::move(inputs[i]);
-  for (const Step& step : steps_) {
-    run_step(step, slots, bindings);
-    for (ValueId v : step.release_after) slots[v] = c10::IValue();
-  }
+  inputs.clear();
+  for (ValueId v : plan_.release_at_start) slots[v] = c10::IValue();
+  std::vector<c10::Storage> waiting(plan_.buffers.size());
+  PlannedOutputs planned(plan_, waiting, planned_counters_);
+  for (const Step& step : steps_) run_step(step, slots, bindings, planned);
   std::vector<c10::IValue> outputs;
   outputs.reserve(graph_->outputs().size());
   for (const Argument& out : graph_->outputs()) {
@@ -177,18 +286,23 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
   return outputs;
 }
 
-void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings) const {
+void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
+                        PlannedOutputs& planned) const {
   switch (step.kind) {
     case StepKind::KernelGroup:
       if (step.engine >= 0) {
         const GroupRunner& runner = *engine_groups_[static_cast<std::size_t>(step.engine)].runner;
-        const bool ran = runner.run(slots, bindings);
+        const bool ran = runner.run(slots, bindings, planned);
         count_engine_run(runner, ran);
         if (!ran) {
           for (std::size_t c : step.calls) calls_[c].run(slots);
         }
+        finish_point(step.first_point, slots, planned);
       } else {
-        for (std::size_t c : step.calls) calls_[c].run(slots);
+        for (std::size_t k = 0; k < step.calls.size(); ++k) {
+          calls_[step.calls[k]].run(slots);
+          finish_point(step.first_point + k, slots, planned);
+        }
       }
       counters_.groups.fetch_add(1, std::memory_order_relaxed);
       counters_.in_partitions.fetch_add(static_cast<std::int64_t>(step.calls.size()),
@@ -196,17 +310,30 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
       return;
     case StepKind::AtenNode:
       calls_[step.calls[0]].run(slots);
+      finish_point(step.first_point, slots, planned);
       counters_.aten.fetch_add(1, std::memory_order_relaxed);
       return;
     case StepKind::BuiltinNode:
       run_builtin(graph_->node(step.node), slots);
+      finish_point(step.first_point, slots, planned);
       counters_.builtin.fetch_add(1, std::memory_order_relaxed);
       return;
     case StepKind::PythonNode:
       run_python(graph_->node(step.node), slots);
+      finish_point(step.first_point, slots, planned);
       counters_.python.fetch_add(1, std::memory_order_relaxed);
       return;
   }
+}
+
+// After a point: what a new owner did not take is dropped, dead owners'
+// storage waits for the next owner of their buffer, dead slots are cleared.
+// The order matters: an owner made here may already be dead here.
+void Executor::finish_point(std::size_t point, ValueSlots& slots, PlannedOutputs& planned) const {
+  for (int buffer : plan_.drop_after[point]) planned.drop(buffer);
+  for (const BufferHandOver& h : plan_.hand_over_after[point])
+    planned.keep(slots[static_cast<std::size_t>(h.from)], h.buffer);
+  for (ValueId v : plan_.release_after[point]) slots[static_cast<std::size_t>(v)] = c10::IValue();
 }
 
 // Generated kernels count as generated (and per kind), matmul groups as
@@ -278,6 +405,8 @@ ExecutionStats Executor::stats() const {
   stats.attention_fallbacks = counters_.attention_fallbacks.load();
   stats.conv_groups_run = counters_.conv.load();
   stats.conv_fallbacks = counters_.conv_fallbacks.load();
+  stats.planned_outputs_taken = planned_counters_.taken.load();
+  stats.planned_outputs_missed = planned_counters_.missed.load();
   return stats;
 }
 

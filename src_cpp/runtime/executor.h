@@ -4,7 +4,9 @@
 // kernel groups, each other node runs as an ATen call through the c10
 // dispatcher, as symbolic-size arithmetic, or (no ATen schema) through the
 // Python fallback. Values live in slots indexed by ValueId and are released
-// right after their last use, so peak memory follows eager's.
+// right after their last use, ATen call by ATen call, and engine-group
+// outputs reuse the memory of dead ones by a plan made once (Note [Memory
+// plan] in memory_plan.h), so peak memory follows eager's.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -23,6 +25,8 @@
 #include "runtime/conv_group.h"
 #include "runtime/generated_kernel.h"
 #include "runtime/matmul_group.h"
+#include "runtime/memory_plan.h"
+#include "runtime/planned_outputs.h"
 #include "runtime/symbol_binder.h"
 
 namespace mybackend {
@@ -60,6 +64,10 @@ struct ExecutionStats {
   // those that ran their ATen form instead (Note [Conv fallback] in conv_group.h).
   std::int64_t conv_groups_run = 0;
   std::int64_t conv_fallbacks = 0;
+  // Engine outputs placed on a dead planned buffer's storage, and planned
+  // hand-overs that could not happen (the storage was still shared).
+  std::int64_t planned_outputs_taken = 0;
+  std::int64_t planned_outputs_missed = 0;
 };
 
 // A group run by an engine (generated pointwise, reduction or norm kernel,
@@ -80,6 +88,8 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
+  // Takes the inputs over: each is released after its last use (Note
+  // [Input ownership] in recovery_window.h).
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const;
   ExecutionStats stats() const;
   const Graph& graph() const { return *graph_; }
@@ -87,6 +97,8 @@ class Executor {
   // groups), in plan order: compiled or not, and why it fell back to ATen
   // calls (Note [Never an error to the user], Note [Matmul fallback]).
   std::vector<GeneratedGroupStatus> generated_groups() const;
+  // The plan of releases and buffers (Note [Memory plan]).
+  const MemoryPlan& memory_plan() const { return plan_; }
 
  private:
   enum class StepKind : std::int8_t { KernelGroup, AtenNode, BuiltinNode, PythonNode };
@@ -98,7 +110,10 @@ class Executor {
     // Values an engine group reads besides its nodes' inputs (a matmul group
     // reads the input of a transpose it sees through): kept alive for it.
     std::vector<ValueId> reads;
-    std::vector<ValueId> release_after;
+    // Its first point of the memory plan. A step run by an engine, a builtin
+    // or a Python node is one point; ATen calls are one point each, so a
+    // value dies inside an ATen sequence right after its last reader.
+    std::size_t first_point = 0;
   };
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
@@ -111,8 +126,11 @@ class Executor {
   void count_engine_run(const GroupRunner& runner, bool ran) const;
   void add_partition_steps(const FusionPlan& fusion, int partition);
   void add_node_step(const Node& node);
-  void plan_releases();
-  void run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings) const;
+  void plan_memory_use();
+  MemoryPlanInput memory_plan_input() const;
+  void run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
+                PlannedOutputs& planned) const;
+  void finish_point(std::size_t point, ValueSlots& slots, PlannedOutputs& planned) const;
   void run_builtin(const Node& node, ValueSlots& slots) const;
   void run_python(const Node& node, ValueSlots& slots) const;
 
@@ -122,9 +140,12 @@ class Executor {
   // A group of the plan an engine runs (generated kernel or cuBLASLt call).
   struct EngineGroup {
     GeneratedGroupStatus status;
-    std::unique_ptr<GroupRunner> runner;  // null: runs as ATen calls
+    std::unique_ptr<GroupRunner> runner;   // null: runs as ATen calls
+    std::vector<BufferCandidate> outputs;  // those with a static byte size
   };
   std::vector<EngineGroup> engine_groups_;
+  MemoryPlan plan_;
+  mutable PlannedOutputCounters planned_counters_;
   SymbolBinder binder_;
   PythonFallback python_fallback_;
   mutable Counters counters_;

@@ -9,6 +9,7 @@
 
 #include "fusion/fusion_plan.h"
 #include "runtime/aten_call.h"
+#include "runtime/planned_outputs.h"
 
 namespace mybackend {
 
@@ -16,8 +17,10 @@ class GroupRunner {
  public:
   virtual ~GroupRunner() = default;
   // Runs the group on `slots`; false when this call must use the ATen form
-  // (Note [Never an error to the user] in generated_kernel.h).
-  virtual bool run(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
+  // (Note [Never an error to the user] in generated_kernel.h). Outputs get
+  // their memory from `outputs` (Note [Memory plan] in memory_plan.h).
+  virtual bool run(ValueSlots& slots, const SymbolBindings& bindings,
+                   PlannedOutputs& outputs) const = 0;
   // Why the group last fell back (empty: it never did).
   virtual std::string problem() const = 0;
   // What runs, for reports: "pointwise: mb_pointwise_<hash> ...", "cublaslt: ...".

@@ -79,10 +79,11 @@ std::int64_t capped_grid(std::int64_t wanted, int sm_count, int blocks_per_sm) {
   return std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count) * blocks_per_sm);
 }
 
-bool GeneratedKernelBase::run(ValueSlots& slots, const SymbolBindings& bindings) const {
+bool GeneratedKernelBase::run(ValueSlots& slots, const SymbolBindings& bindings,
+                              PlannedOutputs& outputs) const {
   if (disabled_.load(std::memory_order_relaxed)) return false;
   try {
-    return launch(slots, bindings);
+    return launch(slots, bindings, outputs);
   } catch (const std::exception& e) {
     // Load or launch failed: this group runs as ATen calls from now on.
     note(e.what());

@@ -83,11 +83,12 @@ std::int64_t capped_grid(std::int64_t wanted, int sm_count, int blocks_per_sm);
 // failure, remember the last reason for falling back.
 class GeneratedKernelBase : public GeneratedKernel {
  public:
-  bool run(ValueSlots& slots, const SymbolBindings& bindings) const final;
+  bool run(ValueSlots& slots, const SymbolBindings& bindings, PlannedOutputs& outputs) const final;
   std::string problem() const final;
 
  protected:
-  virtual bool launch(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
+  virtual bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+                      PlannedOutputs& outputs) const = 0;
   bool fail(const std::string& why) const;
 
  private:

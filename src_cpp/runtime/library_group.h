@@ -2,6 +2,9 @@
 // cuDNN convolutions and attention): a failure inside the library becomes a
 // fallback to the group's ATen form with its reason kept for reports
 // (Note [Matmul fallback] in matmul_group.h), never an error to the user.
+// The libraries allocate their outputs themselves, so a planned buffer
+// waiting for one of them goes back to the caching allocator just before the
+// call (Note [Memory plan] in memory_plan.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/group_runner.h"
 
@@ -24,7 +28,9 @@ struct RunnerResult {
 
 class LibraryGroup : public GroupRunner {
  public:
-  bool run(ValueSlots& slots, const SymbolBindings& bindings) const final {
+  bool run(ValueSlots& slots, const SymbolBindings& bindings, PlannedOutputs& outputs) const final {
+    for (ValueId value : written())
+      if (value >= 0) outputs.hand_back(value);
     try {
       return launch(slots, bindings);
     } catch (const std::exception& e) {
@@ -44,6 +50,8 @@ class LibraryGroup : public GroupRunner {
   // Runs the group through the library; false (through fail) when this call
   // must take the ATen form.
   virtual bool launch(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
+  // The values the library call writes (-1 entries are skipped).
+  virtual std::vector<ValueId> written() const = 0;
 
   bool fail(const std::string& why) const {
     std::lock_guard<std::mutex> lock(mutex_);

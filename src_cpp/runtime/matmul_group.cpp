@@ -71,6 +71,8 @@ class MatmulGroup final : public LibraryGroup {
     return true;
   }
 
+  std::vector<ValueId> written() const override { return {spec_->output, spec_->bias_grad}; }
+
   std::shared_ptr<const MatmulSpec> spec_;
 };
 

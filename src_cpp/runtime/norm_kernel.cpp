@@ -35,7 +35,8 @@ class NormKernel final : public GroupKernel<NormGroup> {
   using GroupKernel::GroupKernel;
 
  private:
-  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+              PlannedOutputs& planned) const override {
     const NormGroup& g = *group_;
     const auto shape = evaluate_dims(graph_.value(g.rows_of).tensor.sizes, bindings);
     if (!shape) return fail("a size depends on an unbound symbol");
@@ -82,7 +83,7 @@ class NormKernel final : public GroupKernel<NormGroup> {
       const auto sizes = evaluate_dims(type.sizes, bindings);
       const auto strides = evaluate_dims(type.strides, bindings);
       if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
-      at::Tensor t = at::empty_strided(*sizes, *strides, options.dtype(dtype));
+      at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
       if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
       tensors[name] = t;
     }

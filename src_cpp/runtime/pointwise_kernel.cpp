@@ -61,7 +61,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     return true;
   }
 
-  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+              PlannedOutputs& planned) const override {
     const PointwiseGroup& g = *group_;
     std::vector<at::Tensor> tensors;  // inputs, then outputs
     std::string why;
@@ -89,7 +90,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       const auto out_strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
       if (!out_strides) return fail("a stride of an output depends on an unbound symbol");
       const auto dtype = static_cast<c10::ScalarType>(g.spec.outputs[k].tensor.dtype);
-      tensors.push_back(at::empty_strided(*shape, *out_strides, tensors[0].options().dtype(dtype)));
+      tensors.push_back(planned.empty_strided(g.outputs[k], *shape, *out_strides,
+                                              tensors[0].options().dtype(dtype)));
       iteration_strides(tensors.back(), *shape, strides[g.inputs.size() + k]);
     }
     if (!g.order.empty()) {  // Note [Iteration order] in pointwise_planner.h

@@ -67,7 +67,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
            side_fits(c.outputs, 0, outs, c.out_strides, c.out_shape, out_numel);
   }
 
-  bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+              PlannedOutputs& planned) const override {
     const ReductionGroup& g = *group_;
     const ReductionSpec& s = g.spec;
     Call c;
@@ -123,8 +124,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       const auto strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
       if (!strides) return fail("a stride of an output depends on an unbound symbol");
       const auto dtype = static_cast<c10::ScalarType>(s.epilogue->outputs[k].tensor.dtype);
-      c.outputs.push_back(
-          at::empty_strided(c.out_shape, *strides, c.inputs[0].options().dtype(dtype)));
+      c.outputs.push_back(planned.empty_strided(g.outputs[k], c.out_shape, *strides,
+                                                c.inputs[0].options().dtype(dtype)));
       c.out_strides.emplace_back();
       iteration_strides(c.outputs.back(), c.out_shape, c.out_strides.back());
     }

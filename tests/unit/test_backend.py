@@ -75,7 +75,13 @@ def test_strict_mode_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class _FailingCore:
-    def run(self, inputs: list[object]) -> list[object]:
+    """Fails as the core does on a trial call: the boxed list is emptied, then
+    given its inputs back before the error (Note [Input ownership])."""
+
+    def run_boxed(self, args: list[object]) -> list[object]:
+        taken = list(args)
+        args.clear()
+        args.extend(taken)
         raise RuntimeError("injected runtime failure")
 
     def stats(self) -> dict[str, int]:
