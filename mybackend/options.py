@@ -99,8 +99,9 @@ class Options:
         "Experimental, off by default: run attention of CUDA partitions (the aten flash and "
         "memory-efficient SDPA ops, forward and backward, and the matmul-softmax-matmul "
         "pattern of inference graphs) as cuDNN SDPA graphs; where cuDNN cannot, the aten "
-        "kernel runs. On an H100 (2026-11-22) its first backward aborted the process and its "
-        "forward was slower than eager's kernel (docs/design/0009-attention.md).",
+        "kernel runs. Off because its forward measured slower than eager's kernel on an H100 "
+        "(2026-11-22); a bias over a key length that is not a multiple of 8 stays with aten "
+        "(docs/design/0009-attention.md).",
         True,
     )
     cudnn: bool = _field(
@@ -176,8 +177,8 @@ class Options:
 
     def _disabled_classes(self) -> list[str]:
         # With cudnn_attention off, the aten SDPA ops stay out of partitions
-        # and run as single eager calls: inside an ATen-sequence group their
-        # backward aborted the process on an H100 (docs/design/0009-attention.md).
+        # and run as single eager calls, as before the attention engine
+        # (docs/design/0009-attention.md).
         classes = list(self.disabled_op_classes)
         if not self.cudnn_attention and "attention" not in classes:
             classes.append("attention")
