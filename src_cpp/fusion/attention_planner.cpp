@@ -113,7 +113,7 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
     // queries; cuDNN's backward takes Stats packed as [B, H, L, 1].
     const Dim& stats_len = graph.value(spec.logsumexp).tensor.sizes[2];
     const Dim& q_len = graph.value(spec.q).tensor.sizes[2];
-    if (stats_len.str() != q_len.str())
+    if (!same_dim(stats_len, q_len))
       return "the logsumexp is padded past the query length (" + stats_len.str() + " vs " +
              q_len.str() + "); cuDNN's backward needs it packed";
   }

@@ -1,16 +1,9 @@
 #include "fusion/attention_spec.h"
 
-#include <cstdio>
+#include "fusion/spec_text.h"
 
 namespace mybackend {
 namespace {
-
-// %.17g through snprintf, not an ostream (Note [Private libstdc++]).
-std::string number(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.9g", value);
-  return buffer;
-}
 
 std::string ref(const char* name, ValueId value) {
   return std::string(" ") + name + "=%" + std::to_string(value);
@@ -61,7 +54,7 @@ std::string AttentionSpec::to_string() const {
                      " dtype=" + std::string(dtype_short_name(dtype));
   text += "\n" + ref("q", q).substr(1) + ref("k", k) + ref("v", v);
   if (bias >= 0) text += ref("bias", bias);
-  text += std::string(" causal=") + (causal ? "true" : "false") + " scale=" + number(scale);
+  text += std::string(" causal=") + (causal ? "true" : "false") + " scale=" + spec_number(scale);
   text += "\n" + ref("out", out).substr(1);
   if (logsumexp >= 0) text += ref("logsumexp", logsumexp);
   if (attention_is_backward(source)) {

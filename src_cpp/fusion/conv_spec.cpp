@@ -1,6 +1,6 @@
 #include "fusion/conv_spec.h"
 
-#include <cstdio>
+#include "fusion/spec_text.h"
 
 namespace mybackend {
 namespace {
@@ -12,13 +12,6 @@ std::string ints(const std::vector<std::int64_t>& xs) {
 }
 
 std::string value(ValueId v) { return v >= 0 ? "%" + std::to_string(v) : "none"; }
-
-// %g through snprintf, not an ostream (docs/design/0004-fusion-planner.md).
-std::string number(double x) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%g", x);
-  return buffer;
-}
 
 }  // namespace
 
@@ -74,7 +67,7 @@ std::string ConvSpec::to_string() const {
   if (bias >= 0) out += " bias=" + value(bias);
   if (batch_norm)
     out += " bn(weight=" + value(bn.weight) + " bias=" + value(bn.bias) +
-           " mean=" + value(bn.mean) + " var=" + value(bn.var) + " eps=" + number(bn.eps) + ")";
+           " mean=" + value(bn.mean) + " var=" + value(bn.var) + " eps=" + spec_number(bn.eps) + ")";
   if (residual >= 0) out += " residual=" + value(residual);
   out += "\noutput=" + value(output) + "\n";
   return out;

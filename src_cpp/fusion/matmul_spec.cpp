@@ -1,17 +1,9 @@
 #include "fusion/matmul_spec.h"
 
-#include <cstdio>
+#include "fusion/spec_text.h"
 
 namespace mybackend {
 namespace {
-
-// %g through snprintf, not an ostream: streaming numbers inside _C crashed
-// on the GPU image's toolchain (docs/design/0004-fusion-planner.md).
-std::string number(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%g", value);
-  return buffer;
-}
 
 std::string operand(const char* name, const MatmulOperand& op) {
   return std::string(name) + "=%" + std::to_string(op.value) + (op.transposed ? "^T" : "");
@@ -68,8 +60,8 @@ std::vector<ValueId> MatmulSpec::inputs() const {
 std::string MatmulSpec::to_string() const {
   std::string out = "matmul " + op + (batched ? " batched" : "") + " " + operand("mat1", mat1) +
                     " " + operand("mat2", mat2) + " dtype=" + std::string(dtype_short_name(dtype));
-  if (alpha != 1.0) out += " alpha=" + number(alpha);
-  if (c >= 0) out += " c=%" + std::to_string(c) + " beta=" + number(beta);
+  if (alpha != 1.0) out += " alpha=" + spec_number(alpha);
+  if (c >= 0) out += " c=%" + std::to_string(c) + " beta=" + spec_number(beta);
   out += "\nepilogue=" + std::string(matmul_epilogue_name(epilogue)) + " (cublaslt " +
          std::string(cublaslt_epilogue_name(epilogue)) + ")";
   if (bias >= 0) out += " bias=%" + std::to_string(bias);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -276,18 +277,57 @@ std::string unsupported_dtype(const at::Tensor& t) {
                                           " (cuDNN graphs here take f16, bf16, f32)";
 }
 
+// Why cuDNN cannot take these operands (dtype, emptiness), or "".
+std::string operands_problem(std::initializer_list<const at::Tensor*> operands) {
+  for (const at::Tensor* t : operands) {
+    if (std::string p = unsupported_dtype(*t); !p.empty()) return p;
+  }
+  for (const at::Tensor* t : operands) {
+    if (t->numel() == 0) return "an empty tensor";
+  }
+  return {};
+}
+
 fe::graph::Pointwise_attributes pointwise(fe::PointwiseMode_t mode) {
   return fe::graph::Pointwise_attributes().set_mode(mode).set_compute_data_type(
       fe::DataType_t::FLOAT);
 }
 
+// The attributes every convolution graph op takes from the node, whatever its direction.
+template <class Attributes>
+Attributes with_geometry(Attributes attributes, const ConvGeometry& geometry) {
+  attributes.set_padding(geometry.padding)
+      .set_stride(geometry.stride)
+      .set_dilation(geometry.dilation)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return attributes;
+}
+
+// dgrad and wgrad: dy and one forward operand in, one gradient out. `op`
+// adds the library operation to the graph: op(graph, dy, operand) -> grad.
+template <class Op>
+std::string conv_backward(Direction direction, const at::Tensor& dy, Uid operand_uid,
+                          const at::Tensor& operand, Uid grad_uid, const at::Tensor& grad,
+                          const ConvGeometry& geometry, Op op) {
+  if (std::string p = operands_problem({&dy, &operand, &grad}); !p.empty()) return p;
+  const c10::cuda::CUDAGuard guard(dy.device());
+  const Setting s = setting_for(dy);
+  const std::vector<TensorDesc> tensors{describe(kDy, dy), describe(operand_uid, operand),
+                                        describe(grad_uid, grad)};
+  KeyBuilder key = signature(direction, s, geometry);
+  for (const TensorDesc& d : tensors) key.add(d);
+  const cudnnHandle_t handle = handle_for(s.device, s.stream);
+  const auto plan = plan_cache().get(key.take(), s, handle, [&](fe::graph::Graph& graph) {
+    mark_output(op(graph, add_tensor(graph, tensors[0]), add_tensor(graph, tensors[1])),
+                tensors[2]);
+  });
+  return execute(*plan, handle, tensors);
+}
+
 }  // namespace
 
 std::string conv_fprop(const ConvFpropArgs& a) {
-  for (const at::Tensor* t : {&a.x, &a.w, &a.y}) {
-    if (std::string p = unsupported_dtype(*t); !p.empty()) return p;
-  }
-  if (a.x.numel() == 0 || a.w.numel() == 0 || a.y.numel() == 0) return "an empty tensor";
+  if (std::string p = operands_problem({&a.x, &a.w, &a.y}); !p.empty()) return p;
   const c10::cuda::CUDAGuard guard(a.x.device());
   const Setting s = setting_for(a.x);
   const std::size_t rank = static_cast<std::size_t>(a.x.dim());
@@ -309,12 +349,8 @@ std::string conv_fprop(const ConvFpropArgs& a) {
   const auto plan = plan_cache().get(key.take(), s, handle, [&](fe::graph::Graph& graph) {
     auto x = add_tensor(graph, find(kX));
     auto w = add_tensor(graph, find(kW));
-    auto y = graph.conv_fprop(x, w,
-                              fe::graph::Conv_fprop_attributes()
-                                  .set_padding(a.geometry.padding)
-                                  .set_stride(a.geometry.stride)
-                                  .set_dilation(a.geometry.dilation)
-                                  .set_compute_data_type(fe::DataType_t::FLOAT));
+    auto y =
+        graph.conv_fprop(x, w, with_geometry(fe::graph::Conv_fprop_attributes(), a.geometry));
     // The epilogue in eager's order: bias, batch norm, residual, relu.
     if (a.bias.defined())
       y = graph.pointwise(y, add_tensor(graph, find(kBias)), pointwise(fe::PointwiseMode_t::ADD));
@@ -333,50 +369,20 @@ std::string conv_fprop(const ConvFpropArgs& a) {
 
 std::string conv_dgrad(const at::Tensor& dy, const at::Tensor& w, const ConvGeometry& geometry,
                        const at::Tensor& dx) {
-  for (const at::Tensor* t : {&dy, &w, &dx}) {
-    if (std::string p = unsupported_dtype(*t); !p.empty()) return p;
-  }
-  if (dy.numel() == 0 || w.numel() == 0 || dx.numel() == 0) return "an empty tensor";
-  const c10::cuda::CUDAGuard guard(dy.device());
-  const Setting s = setting_for(dy);
-  const std::vector<TensorDesc> tensors{describe(kDy, dy), describe(kW, w), describe(kDx, dx)};
-  KeyBuilder key = signature(Direction::Dgrad, s, geometry);
-  for (const TensorDesc& d : tensors) key.add(d);
-  const cudnnHandle_t handle = handle_for(s.device, s.stream);
-  const auto plan = plan_cache().get(key.take(), s, handle, [&](fe::graph::Graph& graph) {
-    auto dx_t = graph.conv_dgrad(add_tensor(graph, tensors[0]), add_tensor(graph, tensors[1]),
-                                 fe::graph::Conv_dgrad_attributes()
-                                     .set_padding(geometry.padding)
-                                     .set_stride(geometry.stride)
-                                     .set_dilation(geometry.dilation)
-                                     .set_compute_data_type(fe::DataType_t::FLOAT));
-    mark_output(dx_t, tensors[2]);
-  });
-  return execute(*plan, handle, tensors);
+  return conv_backward(Direction::Dgrad, dy, kW, w, kDx, dx, geometry,
+                       [&](fe::graph::Graph& graph, auto dy_t, auto w_t) {
+                         return graph.conv_dgrad(
+                             dy_t, w_t, with_geometry(fe::graph::Conv_dgrad_attributes(), geometry));
+                       });
 }
 
 std::string conv_wgrad(const at::Tensor& dy, const at::Tensor& x, const ConvGeometry& geometry,
                        const at::Tensor& dw) {
-  for (const at::Tensor* t : {&dy, &x, &dw}) {
-    if (std::string p = unsupported_dtype(*t); !p.empty()) return p;
-  }
-  if (dy.numel() == 0 || x.numel() == 0 || dw.numel() == 0) return "an empty tensor";
-  const c10::cuda::CUDAGuard guard(dy.device());
-  const Setting s = setting_for(dy);
-  const std::vector<TensorDesc> tensors{describe(kDy, dy), describe(kX, x), describe(kDw, dw)};
-  KeyBuilder key = signature(Direction::Wgrad, s, geometry);
-  for (const TensorDesc& d : tensors) key.add(d);
-  const cudnnHandle_t handle = handle_for(s.device, s.stream);
-  const auto plan = plan_cache().get(key.take(), s, handle, [&](fe::graph::Graph& graph) {
-    auto dw_t = graph.conv_wgrad(add_tensor(graph, tensors[0]), add_tensor(graph, tensors[1]),
-                                 fe::graph::Conv_wgrad_attributes()
-                                     .set_padding(geometry.padding)
-                                     .set_stride(geometry.stride)
-                                     .set_dilation(geometry.dilation)
-                                     .set_compute_data_type(fe::DataType_t::FLOAT));
-    mark_output(dw_t, tensors[2]);
-  });
-  return execute(*plan, handle, tensors);
+  return conv_backward(Direction::Wgrad, dy, kX, x, kDw, dw, geometry,
+                       [&](fe::graph::Graph& graph, auto dy_t, auto x_t) {
+                         return graph.conv_wgrad(
+                             dy_t, x_t, with_geometry(fe::graph::Conv_wgrad_attributes(), geometry));
+                       });
 }
 
 PlanCacheStats plan_cache_stats() { return plan_cache().stats(); }

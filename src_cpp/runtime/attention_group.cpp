@@ -12,7 +12,7 @@ namespace {
 class AttentionGroup final : public LibraryGroup {
  public:
   AttentionGroup(const Graph& graph, std::shared_ptr<const AttentionSpec> spec)
-      : LibraryGroup(graph, "cuDNN SDPA"), spec_(std::move(spec)) {}
+      : LibraryGroup(graph, "cuDNN SDPA", spec->outputs()), spec_(std::move(spec)) {}
 
   std::string description() const override {
     return "cudnn sdpa: " + std::string(attention_source_name(spec_->source)) +
@@ -146,8 +146,6 @@ class AttentionGroup final : public LibraryGroup {
     slots[static_cast<std::size_t>(spec_->grad_v)] = args.grad_v;
     return fill_extra_outputs(slots, bindings, in.q, in.k);
   }
-
-  std::vector<ValueId> written() const override { return spec_->outputs(); }
 
   std::shared_ptr<const AttentionSpec> spec_;
 };

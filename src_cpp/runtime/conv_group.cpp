@@ -12,7 +12,9 @@ namespace {
 class ConvGroup final : public LibraryGroup {
  public:
   ConvGroup(const Graph& graph, std::shared_ptr<const ConvSpec> spec)
-      : LibraryGroup(graph, "cuDNN"), spec_(std::move(spec)) {
+      : LibraryGroup(graph, "cuDNN",
+                     {spec->output, spec->grad_input, spec->grad_weight, spec->grad_bias}),
+        spec_(std::move(spec)) {
     geometry_.stride = spec_->stride;
     geometry_.padding = spec_->padding;
     geometry_.dilation = spec_->dilation;
@@ -139,10 +141,6 @@ class ConvGroup final : public LibraryGroup {
     const at::Tensor results[3] = {dx, dw, db};
     for (std::size_t k = 0; k < 3; ++k) slots[static_cast<std::size_t>(outputs[k])] = results[k];
     return true;
-  }
-
-  std::vector<ValueId> written() const override {
-    return {spec_->output, spec_->grad_input, spec_->grad_weight, spec_->grad_bias};
   }
 
   std::shared_ptr<const ConvSpec> spec_;

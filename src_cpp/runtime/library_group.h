@@ -29,8 +29,7 @@ struct RunnerResult {
 class LibraryGroup : public GroupRunner {
  public:
   bool run(ValueSlots& slots, const SymbolBindings& bindings, PlannedOutputs& outputs) const final {
-    for (ValueId value : written())
-      if (value >= 0) outputs.hand_back(value);
+    for (ValueId value : written_) outputs.hand_back(value);
     try {
       return launch(slots, bindings);
     } catch (const std::exception& e) {
@@ -44,14 +43,16 @@ class LibraryGroup : public GroupRunner {
   }
 
  protected:
-  LibraryGroup(const Graph& graph, std::string library)
-      : graph_(graph), library_(std::move(library)) {}
+  // `written`: the values the library call writes (-1 entries are skipped).
+  LibraryGroup(const Graph& graph, std::string library, const std::vector<ValueId>& written)
+      : graph_(graph), library_(std::move(library)) {
+    for (ValueId value : written)
+      if (value >= 0) written_.push_back(value);
+  }
 
   // Runs the group through the library; false (through fail) when this call
   // must take the ATen form.
   virtual bool launch(ValueSlots& slots, const SymbolBindings& bindings) const = 0;
-  // The values the library call writes (-1 entries are skipped).
-  virtual std::vector<ValueId> written() const = 0;
 
   bool fail(const std::string& why) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -71,6 +72,7 @@ class LibraryGroup : public GroupRunner {
 
  private:
   std::string library_;
+  std::vector<ValueId> written_;
   mutable std::mutex mutex_;
   mutable std::string problem_;
 };

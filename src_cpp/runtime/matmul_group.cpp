@@ -10,7 +10,7 @@ namespace {
 class MatmulGroup final : public LibraryGroup {
  public:
   MatmulGroup(const Graph& graph, std::shared_ptr<const MatmulSpec> spec)
-      : LibraryGroup(graph, "cuBLASLt"), spec_(std::move(spec)) {}
+      : LibraryGroup(graph, "cuBLASLt", {spec->output, spec->bias_grad}), spec_(std::move(spec)) {}
 
   std::string description() const override {
     return "cublaslt: " + spec_->op.substr(6) + " epilogue " +
@@ -70,8 +70,6 @@ class MatmulGroup final : public LibraryGroup {
       slots[static_cast<std::size_t>(spec.bias_grad)] = result.bias_grad.view(grad_sizes);
     return true;
   }
-
-  std::vector<ValueId> written() const override { return {spec_->output, spec_->bias_grad}; }
 
   std::shared_ptr<const MatmulSpec> spec_;
 };
