@@ -22,6 +22,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from mybackend import _C
 from mybackend._logging import get_logger, warn_once
+from mybackend.attention_masks import rewrite_attention_masks
 from mybackend.compile_times import PARTITION, timed, timed_graph_compile
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
 from mybackend.debug.dumps import dump_graph
@@ -31,6 +32,7 @@ from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
 from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
 from mybackend.lowering.layout import plan_channels_last
+from mybackend.lowering.matmul_padding import pad_matmuls
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
 
@@ -43,6 +45,8 @@ def compile_with_aot(
 ) -> Callable[..., Any]:
     """Runs aot_autograd on a dynamo graph with our compiler for every part."""
     graph_id = next(_graph_ids)
+    if rewrite_attention_masks(gm):
+        log.debug("graph%d: attention masks rewritten for fused kernels", graph_id)
 
     def compiler(kind: str) -> Callable[..., Any]:
         return functools.partial(
@@ -108,8 +112,14 @@ def _compile_now(
     planned = gm
     try:
         start = time.perf_counter()
+        if options.pad_matmuls:
+            planned, padded = pad_matmuls(planned, example_inputs, kind)
+            if padded:
+                stage_times.append(("padding", time.perf_counter() - start))
+                log.debug("%s: %d matrix products padded", name, padded)
+                start = time.perf_counter()
         if kind == "inference" and options.channels_last:
-            planned, conversions = plan_channels_last(gm, example_inputs)
+            planned, conversions = plan_channels_last(planned, example_inputs)
             if conversions:  # else its (small) time counts as lowering
                 stage_times.append(("layout", time.perf_counter() - start))
                 log.debug("%s: %d channels-last conversions planned", name, conversions)

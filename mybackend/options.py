@@ -67,6 +67,14 @@ class Options:
         "returned in eager's strides (Note [Channels-last planning]).",
         True,
     )
+    pad_matmuls: bool = _field(
+        True,
+        "Pad 16-bit CUDA matrix products whose leading dimensions are not multiples of 16 "
+        "bytes (GPT-2's 50257-word output layer) so cuBLASLt runs its tensor-core kernels; "
+        "inference graphs may then return outputs with padded row strides, as Inductor's "
+        "do (Note [Aligned matrix products]).",
+        True,
+    )
     hoist_parameter_work: bool = _field(
         True,
         "In inference graphs, compute what reads only parameters and buffers (weight "

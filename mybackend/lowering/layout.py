@@ -32,7 +32,12 @@ from typing import Any
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from mybackend.lowering.fake_prop import (
+    insert_clone,
+    propagate_until_view_fails,
+    restore_output_strides,
+)
 
 aten = torch.ops.aten
 _CHANNELS_LAST = torch.channels_last
@@ -66,15 +71,6 @@ def _planned_convolutions(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return convs
 
 
-def _insert_clone(
-    graph: torch.fx.Graph, source: torch.fx.Node, before: torch.fx.Node, layout: torch.memory_format
-) -> torch.fx.Node:
-    with graph.inserting_before(before):
-        clone = graph.call_function(aten.clone.default, (source,), {"memory_format": layout})
-    clone.meta = dict(source.meta)
-    return clone
-
-
 def _convert_convolution_operands(
     graph: torch.fx.Graph, convs: list[torch.fx.Node], placeholders_only: bool
 ) -> int:
@@ -93,69 +89,9 @@ def _convert_convolution_operands(
             if source not in converted:
                 # Right after the source, so every later conv can share it.
                 anchor = first_op if source.op == "placeholder" else source.next
-                converted[source] = _insert_clone(graph, source, anchor, _CHANNELS_LAST)
+                converted[source] = insert_clone(graph, source, anchor, _CHANNELS_LAST)
             conv.replace_input_with(source, converted[source])
     return len(converted)
-
-
-def _propagate(gm: torch.fx.GraphModule, fake_inputs: Sequence[Any]) -> torch.fx.Node | None:
-    """Recomputes meta["val"]; returns the view node that failed, else None."""
-    mode = detect_fake_mode(fake_inputs)
-    prop = FakeTensorProp(gm, mode=mode)
-    failed: list[torch.fx.Node] = []
-    original_run_node = prop.run_node
-
-    def run_node(node: torch.fx.Node) -> Any:
-        try:
-            return original_run_node(node)
-        except Exception:
-            failed.append(node)
-            raise
-
-    prop.run_node = run_node  # type: ignore[method-assign,assignment]
-    try:
-        prop.propagate_dont_convert_inputs(*fake_inputs)
-    except Exception:
-        node = failed[-1] if failed else None
-        if node is not None and node.target in (aten.view.default, aten._unsafe_view.default):
-            return node
-        raise
-    return None
-
-
-def _contiguous_clone_of(value: torch.fx.Node) -> torch.fx.Node | None:
-    for user in value.users:
-        if user.target is aten.clone.default and user.kwargs.get("memory_format") is (
-            torch.contiguous_format
-        ):
-            return user
-    return None
-
-
-def _restore_output_strides(gm: torch.fx.GraphModule, original: list[Any]) -> int:
-    """Returns graph outputs in their original strides; returns the copies made."""
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    values = output.args[0]
-    if not isinstance(values, list | tuple):
-        return 0
-    new_values = list(values)
-    copies = 0
-    for i, (value, old) in enumerate(zip(values, original, strict=True)):
-        if not isinstance(value, torch.fx.Node) or not isinstance(old, torch.Tensor):
-            continue
-        new = value.meta.get("val")
-        if not isinstance(new, torch.Tensor) or new.stride() == old.stride():
-            continue
-        if not old.is_contiguous():
-            raise RuntimeError(f"output {i} had non-contiguous strides {old.stride()}")
-        clone = _contiguous_clone_of(value)
-        if clone is None:
-            clone = _insert_clone(gm.graph, value, output, torch.contiguous_format)
-            clone.meta["val"] = old
-            copies += 1
-        new_values[i] = clone
-    output.args = (type(values)(new_values),)
-    return copies
 
 
 def plan_channels_last(
@@ -182,11 +118,11 @@ def plan_channels_last(
         copies = _convert_convolution_operands(graph, _planned_convolutions(graph), True)
         for _ in range(_MAX_ROUNDS):
             planned.recompile()
-            view = _propagate(planned, example_inputs)
+            view = propagate_until_view_fails(planned, example_inputs)
             if view is not None:
                 source = view.args[0]
                 assert isinstance(source, torch.fx.Node)
-                clone = _insert_clone(graph, source, view, torch.contiguous_format)
+                clone = insert_clone(graph, source, view, torch.contiguous_format)
                 view.replace_input_with(source, clone)
                 copies += 1
                 continue
@@ -198,7 +134,7 @@ def plan_channels_last(
             return gm, 0
         if copies == 0:
             return gm, 0
-        copies += _restore_output_strides(planned, original)
+        copies += restore_output_strides(planned, original)
         planned.recompile()
     except Exception:  # a layout plan is an optimisation: never a compile failure
         return gm, 0

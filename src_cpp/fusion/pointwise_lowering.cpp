@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "fusion/type_promotion.h"
 
@@ -151,6 +152,28 @@ Builder binary(PwOp op, bool floating_only = false) {
     const DType c = compute_of(b);
     b.result(b.emit(op, c, {b.get(0, c), b.get(1, c)}));
   };
+}
+
+// pow(x, c) for the constant exponents eager's CUDA kernel special-cases
+// (PowKernel.cu: 2, 3, 0.5, -0.5, -1, -2) in the same form: GPT-2's GELU
+// cubes its input, and powf is a long libdevice routine where x * x * x is
+// two multiplies.
+void pow_op(PwNodeBuilder& b) {  // (self, exponent)
+  require_floating(b);
+  const DType c = compute_of(b);
+  const Argument& e = b.arg(1);
+  std::optional<double> exponent;
+  if (e.kind == Argument::Kind::Float) exponent = e.f;
+  if (e.kind == Argument::Kind::Int) exponent = static_cast<double>(e.i);
+  const std::int32_t x = b.get(0, c);
+  auto mul = [&](std::int32_t l, std::int32_t r) { return b.emit(PwOp::Mul, c, {l, r}); };
+  if (exponent == 2.0) return b.result(mul(x, x));
+  if (exponent == 3.0) return b.result(mul(mul(x, x), x));
+  if (exponent == 0.5) return b.result(b.emit(PwOp::Sqrt, c, {x}));
+  if (exponent == -0.5) return b.result(b.emit(PwOp::Rsqrt, c, {x}));
+  if (exponent == -1.0) return b.result(b.emit(PwOp::Reciprocal, c, {x}));
+  if (exponent == -2.0) return b.result(b.emit(PwOp::Reciprocal, c, {mul(x, x)}));
+  b.result(b.emit(PwOp::Pow, c, {x, b.get(1, c)}));
 }
 
 // self (+|-) alpha * other
@@ -327,7 +350,7 @@ const std::map<std::string, Builder>& table() {
     t["aten::div.Tensor"] = binary(PwOp::Div, true);
     t["aten::div.Scalar"] = binary(PwOp::Div, true);
     t["aten::div.Tensor_mode"] = div_mode;
-    t["aten::pow.Tensor_Scalar"] = binary(PwOp::Pow, true);
+    t["aten::pow.Tensor_Scalar"] = pow_op;
     t["aten::pow.Tensor_Tensor"] = binary(PwOp::Pow, true);
     t["aten::maximum.default"] = binary(PwOp::Maximum);
     t["aten::minimum.default"] = binary(PwOp::Minimum);

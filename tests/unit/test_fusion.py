@@ -130,6 +130,26 @@ def test_report_carries_the_generated_cuda_source() -> None:
     assert all(k["source"] == "" for k in kernels if k["kind"] != "pointwise")
 
 
+@pytest.mark.parametrize(
+    ("exponent", "expected", "absent"),
+    [
+        (3.0, "mul", "pow"),  # GPT-2's GELU: x * x * x, as eager's kernel
+        (2, "mul", "pow"),
+        (0.5, "sqrt", "pow"),
+        (-0.5, "rsqrt", "pow"),
+        (-1.0, "reciprocal", "pow"),
+        (-2.0, "reciprocal", "pow"),
+        (2.5, "pow", "sqrt"),
+    ],
+)
+def test_pow_by_a_constant_is_strength_reduced_like_eager(
+    exponent: float, expected: str, absent: str
+) -> None:
+    kernels = _kernels(lambda x: (x * 2).pow(exponent), ((4, 8), torch.bfloat16))
+    spec = kernels[0]["spec"]
+    assert f"{expected} %" in spec and f"{absent} %" not in spec, spec
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_truncating_division_rounds_the_quotient_like_eager(dtype: torch.dtype) -> None:
     # Eager's 16-bit kernel rounds a / b to the 16-bit type before truncating.
