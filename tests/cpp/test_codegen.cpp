@@ -235,6 +235,22 @@ TEST(CodegenPointwise, StridedKernelsUseScalarAccessesAndTakeShapes) {
   EXPECT_EQ(names, expected);
 }
 
+// Note [Vectors beside strided inputs]: a broadcast input alone keeps the
+// aligned activation and outputs in 16-byte vectors.
+TEST(CodegenPointwise, AlignedTensorsBesideABroadcastStayVectorized) {
+  PointwiseSpec spec = fused_chain(IndexMode::Aligned, false);
+  spec.inputs[1] = tensor(DType::Float32, IndexMode::Strided, 1);  // a per-column scale
+  ASSERT_EQ(validate(spec), "");
+  const EmittedKernel kernel = emit_pointwise(spec);
+  EXPECT_NE(kernel.source.find("shape.d[1]) % VEC == 0 ? numel / VEC : 0"), std::string::npos)
+      << kernel.source;
+  EXPECT_GT(kernel.entries[0].elements_per_thread, 1);
+  const auto outcomes = compile_all({{"aligned beside a broadcast", kernel}});
+  ASSERT_TRUE(outcomes[0].ok());
+  EXPECT_TRUE(has_16_byte_access(outcomes[0].kernel->image, "ld"));
+  EXPECT_TRUE(has_16_byte_access(outcomes[0].kernel->image, "st"));
+}
+
 TEST(CodegenPointwise, Index64AndCubin) {
   const EmittedKernel wide = emit_pointwise(fused_chain(IndexMode::Strided, true));
   EXPECT_NE(wide.source.find("typedef long long I;"), std::string::npos);
