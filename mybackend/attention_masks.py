@@ -21,7 +21,8 @@ Two rewrites, by the mask's last stride:
   without a mask (flash or cuDNN, the fastest kernels) and ``where(keep, out,
   0)`` with ``keep`` the mask's first key column (``!= -inf`` for a float
   mask). Exact, and the backward is the fused kernel's, with zero gradient
-  from masked rows.
+  from masked rows. A mask that requires grad is copied instead (below):
+  the rewrite would leave its ``.grad`` None where eager gives zeros.
 * anything else but 1: the mask is copied contiguous (one copy of the mask
   per call), which the fused kernels accept. A fully masked row then follows
   the fused kernel's convention, as it would in eager with a dense mask.
@@ -107,7 +108,8 @@ def rewrite_attention_masks(gm: torch.fx.GraphModule) -> int:
         if mask is None or stride is None or stride == 1:
             continue
         rewritten += 1
-        if stride == 0:
+        # A mask that needs a gradient keeps its use (the rewrite would leave its .grad None).
+        if stride == 0 and not mask.meta["example_value"].requires_grad:
             _without_mask(graph, node, mask)
             continue
         if mask not in copies:

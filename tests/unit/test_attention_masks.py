@@ -116,3 +116,16 @@ def test_dense_masks_single_keys_and_no_masks_are_left_alone() -> None:
     [(count, gm)] = seen
     assert count == 0
     assert not any(n.target in ("contiguous", torch.where) for n in gm.graph.nodes)
+
+
+def test_a_mask_that_requires_grad_is_copied_not_dropped() -> None:
+    """Its gradient must stay a tensor (zeros along a constant row), not None."""
+    mask = torch.zeros(B, 1, S, 1).requires_grad_()
+    compiled, seen = _compiled(lambda q, k, v, m: _attention(q, k, v, m.expand(B, 1, S, S)))
+    qkv = _qkv()
+    compiled(*qkv, mask).sum().backward()
+    [(count, gm)] = seen
+    assert count == 1
+    assert any(n.op == "call_method" and n.target == "contiguous" for n in gm.graph.nodes)
+    assert not any(n.target is torch.where for n in gm.graph.nodes)
+    assert mask.grad is not None
