@@ -32,7 +32,9 @@ them to the nodes after it; a ``view`` they cannot express gets a
 contiguous copy first. Outputs of forward and backward graphs get their
 traced strides back (the other graph was traced with them); outputs of
 inference graphs keep the padded strides, as Inductor's do, and a caller
-that needs contiguous memory calls ``.contiguous()``.
+that needs contiguous memory calls ``.contiguous()``. A product that an
+``as_strided`` reads (directly or through views) is not padded: it
+addresses storage with the traced strides.
 """
 
 from __future__ import annotations
@@ -171,6 +173,39 @@ class _Padder:
         return result
 
 
+_VIEWS = (
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.slice.Tensor,
+    aten.select.int,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.permute.default,
+    aten.t.default,
+    aten.transpose.int,
+    aten.expand.default,
+    aten.alias.default,
+)
+
+
+def _read_as_raw_storage(node: torch.fx.Node) -> bool:
+    """Whether the product (or a view of it) reaches an as_strided, which
+    addresses storage with the traced strides and would read the padding."""
+    pending, seen = [node], set()
+    while pending:
+        current = pending.pop()
+        for user in current.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.op == "call_function" and "as_strided" in str(user.target):
+                return True
+            if user.op == "call_function" and user.target in _VIEWS:
+                pending.append(user)
+    return False
+
+
 def _worth_it(plan: _Plan, copy_bytes: int) -> bool:
     product_s = 2 * plan.padded_m * plan.padded_k * plan.padded_n / _MATMUL_FLOPS
     return copy_bytes / _COPY_BYTES_PER_S < _MAX_COPY_TO_PRODUCT * product_s
@@ -206,7 +241,7 @@ def _pad_products(graph: torch.fx.Graph, device_types: Sequence[str]) -> int:
         (m, k), n = a_node.meta["val"].shape, b_node.meta["val"].shape[1]
         align = _ALIGN_BYTES // out.element_size()
         plan = _plan(a, b, m, k, n, align)
-        if not plan.changes or min(m, k, n) < 16:
+        if not plan.changes or min(m, k, n) < 16 or _read_as_raw_storage(node):
             continue
         bias = _bias_of(node, n) if addmm else None
         if addmm and bias is None:

@@ -107,6 +107,17 @@ def test_products_that_gain_nothing_are_left_alone(
     assert count == 0 and padded is gm
 
 
+def test_a_product_read_through_as_strided_is_left_alone() -> None:
+    """as_strided addresses storage with the traced strides: padding would shift it."""
+    gm, inputs = _traced(
+        lambda x, w: (torch.mm(x, w.t()).as_strided((4, 4), (50257, 1)),),
+        (8192, 768),
+        (50257, 768),
+    )
+    padded, count = pad_matmuls(gm, inputs, "inference")
+    assert count == 0 and padded is gm
+
+
 def test_padded_graph_computes_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the CPU, with the cost test switched off: small odd sizes, every pad."""
     monkeypatch.setattr(matmul_padding, "_MAX_COPY_TO_PRODUCT", float("inf"))
