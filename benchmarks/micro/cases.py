@@ -67,6 +67,11 @@ def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return F.gelu(F.linear(x, w, b))
 
 
+def output_layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A language model's tied output layer: rows of 50257 are not 16-byte multiples."""
+    return F.linear(x, w)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v)
 
@@ -112,6 +117,15 @@ def _linear_inputs(m: int, k: int, n: int) -> Maker:
         w = torch.randn(n, k, generator=gen) / k**0.5
         b = torch.randn(n, generator=gen)
         return tuple(t.to(device, torch.bfloat16) for t in (x, w, b))
+
+    return make
+
+
+def _output_layer_inputs(m: int, k: int, vocab: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(m, k, generator=gen)
+        w = torch.randn(vocab, k, generator=gen) / k**0.5
+        return tuple(t.to(device, torch.bfloat16) for t in (x, w))
 
     return make
 
@@ -170,6 +184,7 @@ def _bottleneck_case(stage: str, batch: int, channels: int, width: int, hw: int)
 POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
 ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
 M, K, N = 8192, 768, 3072
+VOCAB = 50257  # GPT-2's output layer (Note [Aligned matrix products])
 # BERT-base attention: batch 32, 12 heads, 128 tokens, head dim 64.
 ATT_B, ATT_H, ATT_S, ATT_D = 32, 12, 128, 64
 ATT_ELEMS = ATT_B * ATT_H * ATT_S * ATT_D
@@ -217,6 +232,14 @@ CASES: dict[str, MicroCase] = {
             (M * K + N * K + N + M * N) * BF16,
             2 * M * K * N + 10 * M * N,
             f"Linear+bias+GELU {M}x{K} -> {N} bf16",
+        ),
+        MicroCase(
+            "output_layer",
+            output_layer,
+            _output_layer_inputs(M, K, VOCAB),
+            (M * K + VOCAB * K + M * VOCAB) * BF16,
+            2 * M * K * VOCAB,
+            f"Linear {M}x{K} -> {VOCAB} bf16, no bias (GPT-2's logits at batch 32)",
         ),
         MicroCase(
             "attention",
