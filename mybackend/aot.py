@@ -25,6 +25,7 @@ from mybackend._logging import get_logger, warn_once
 from mybackend.attention_masks import rewrite_attention_masks
 from mybackend.compile_times import PARTITION, timed, timed_graph_compile
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
+from mybackend.cross_entropy import rewrite_cross_entropy
 from mybackend.debug.dumps import dump_graph
 from mybackend.debug.repro import write_reproducer
 from mybackend.debug.tracing import emit_graph_artifacts
@@ -47,6 +48,8 @@ def compile_with_aot(
     graph_id = next(_graph_ids)
     if rewrite_attention_masks(gm):
         log.debug("graph%d: attention masks rewritten for fused kernels", graph_id)
+    if options.fused_cross_entropy and (fused := rewrite_cross_entropy(gm)):
+        log.debug("graph%d: %d cross-entropy calls fused", graph_id, fused)
 
     def compiler(kind: str) -> Callable[..., Any]:
         return functools.partial(

@@ -75,6 +75,14 @@ class Options:
         "do (Note [Aligned matrix products]).",
         True,
     )
+    fused_cross_entropy: bool = _field(
+        True,
+        "Run F.cross_entropy over CUDA [rows, classes] logits whose math is fp32 (fp32 "
+        "logits, or bf16/fp16 under autocast) as two fused kernels that save only the "
+        "logits and one log-sum-exp per row for the backward, instead of an fp32 "
+        "log-softmax (Note [Fused cross-entropy]).",
+        True,
+    )
     hoist_parameter_work: bool = _field(
         True,
         "In inference graphs, compute what reads only parameters and buffers (weight "

@@ -31,6 +31,10 @@ class MicroCase:
     flops: float
     note: str
 
+    def reference(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The result in fp32 eager: floating inputs upcast, indices as they are."""
+        return self.fn(*(t.float() if t.is_floating_point() else t for t in inputs))
+
 
 def _randn(*shape: int) -> Maker:
     def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -70,6 +74,24 @@ def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tens
 def output_layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """A language model's tied output layer: rows of 50257 are not 16-byte multiples."""
     return F.linear(x, w)
+
+
+def cross_entropy_fwd_bwd(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A language model's loss over bf16 logits in fp32 (as autocast runs it),
+    forward and backward (Note [Fused cross-entropy]); the graph holds both,
+    as in attention_fwd_bwd."""
+    x = x.detach().requires_grad_()
+    loss = F.cross_entropy(x.float(), target)
+    (grad,) = torch.autograd.grad(loss, x)
+    return grad
+
+
+def _cross_entropy_inputs(rows: int, vocab: int) -> Maker:
+    def make(device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(rows, vocab, generator=gen).to(device, torch.bfloat16)
+        return x, torch.randint(0, vocab, (rows,), generator=gen).to(device)
+
+    return make
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -185,6 +207,7 @@ POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
 ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
 M, K, N = 8192, 768, 3072
 VOCAB = 50257  # GPT-2's output layer (Note [Aligned matrix products])
+CE_ROWS = 4096  # GPT-2's training batch: 16 x 256 tokens
 # BERT-base attention: batch 32, 12 heads, 128 tokens, head dim 64.
 ATT_B, ATT_H, ATT_S, ATT_D = 32, 12, 128, 64
 ATT_ELEMS = ATT_B * ATT_H * ATT_S * ATT_D
@@ -240,6 +263,16 @@ CASES: dict[str, MicroCase] = {
             (M * K + VOCAB * K + M * VOCAB) * BF16,
             2 * M * K * VOCAB,
             f"Linear {M}x{K} -> {VOCAB} bf16, no bias (GPT-2's logits at batch 32)",
+        ),
+        MicroCase(
+            "cross_entropy",
+            cross_entropy_fwd_bwd,
+            _cross_entropy_inputs(CE_ROWS, VOCAB),
+            # logits read forward and backward, their gradient written
+            3 * CE_ROWS * VOCAB * BF16,
+            6 * CE_ROWS * VOCAB,
+            f"cross-entropy forward+backward over {CE_ROWS}x{VOCAB} bf16 logits, fp32 math "
+            "(GPT-2's loss at batch 16)",
         ),
         MicroCase(
             "attention",

@@ -18,6 +18,15 @@ void register_normalization_ops(CapabilityRegistry& registry) {
         "aten::native_group_norm_backward.default"}) {
     registry.add(op, OpClass::Normalization, floating);
   }
+  // mybackend/cross_entropy.py: class logits, int64 targets, fp32 rows.
+  auto cross_entropy = predicates::all_of(
+      {predicates::tensors_with_dtypes(
+           {DType::Float16, DType::BFloat16, DType::Float32, DType::Int64}),
+       predicates::max_rank(2)});
+  for (const char* op :
+       {"mybackend::cross_entropy_forward.default", "mybackend::cross_entropy_backward.default"}) {
+    registry.add(op, OpClass::Normalization, cross_entropy);
+  }
 }
 
 }  // namespace mybackend

@@ -95,7 +95,8 @@ std::vector<DType> stored_dtypes(const NormSpec& spec) {
     case NormKind::SoftmaxForward:
     case NormKind::LogSoftmaxForward: return {spec.out_dtype};
     case NormKind::SoftmaxBackward:
-    case NormKind::LogSoftmaxBackward: return {spec.dtype};
+    case NormKind::LogSoftmaxBackward:
+    case NormKind::CrossEntropyBackward: return {spec.dtype};
     default: break;
   }
   // Norms may store fp32 statistics and parameter grads; they need no
@@ -133,6 +134,31 @@ std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
   return e.write("mb::norm_forward<" + n.t + ", " + n.w + ", I, " + std::to_string(n.vec) + ", " +
                  std::to_string(n.chunks) + ", " + b(rms) + ", " + b(spec.has_weight) + ", " +
                  b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
+}
+
+// Cross-entropy: logits rows `row_stride` apart, int64 targets, fp32 loss,
+// lse and grad_loss (Note [Rows of any alignment]). Always vectorized: the
+// kernel cuts each row at its own 16-byte boundary.
+std::string cross_entropy_entries(const NormSpec& spec, const Names& n, Entry& e) {
+  const bool forward = spec.kind == NormKind::CrossEntropyForward;
+  if (!forward) e.pointer("float", "grad_loss", true);
+  e.pointer(n.t, "x", true);
+  e.pointer("long long", "target", true);
+  if (forward) {
+    e.pointer("float", "loss", false);
+    e.pointer("float", "lse", false);
+  } else {
+    e.pointer("float", "lse", true);
+    e.pointer(n.t, "grad_in", false);
+  }
+  e.sizes(false);
+  e.int64("row_stride");
+  e.params << ",\n    const long long ignore_index";
+  e.abi.params.push_back({KernelParam::Kind::Int64, "ignore_index"});
+  e.call_args.push_back("ignore_index");
+  const int vec = emit::vector_width({spec.dtype});
+  return e.write(std::string(forward ? "mb::cross_entropy_forward<" : "mb::cross_entropy_backward<") +
+                 n.t + ", I, " + std::to_string(vec) + ">");
 }
 
 // Backward norms have one entry point for grad_in (block per row) and, when
@@ -208,11 +234,18 @@ EmittedKernel emit_norm(const NormSpec& spec) {
     case NormKind::RmsNormBackward:
       entries = backward_entries(spec, n, main, partials, totals);
       break;
+    case NormKind::CrossEntropyForward:
+    case NormKind::CrossEntropyBackward:
+      main.abi.elements_per_thread = emit::vector_width({spec.dtype});
+      main.abi.row_elements_per_thread = 0;
+      entries = cross_entropy_entries(spec, n, main);
+      break;
   }
   std::ostringstream src;
   src << emit::comment_block(spec.to_string())
       << emit::approx_math_define(emit::approx_math_level(stored_dtypes(spec)))
-      << "#include \"mb_norm.cuh\"\n\n"
+      << (is_cross_entropy(spec.kind) ? "#include \"mb_cross_entropy.cuh\"\n\n"
+                                      : "#include \"mb_norm.cuh\"\n\n")
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << entries;
   EmittedKernel kernel{src.str(), {main.abi}};

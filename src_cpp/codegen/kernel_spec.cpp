@@ -51,6 +51,8 @@ std::string_view norm_kind_name(NormKind kind) {
     case NormKind::LayerNormBackward: return "layer_norm_backward";
     case NormKind::RmsNormForward: return "rms_norm";
     case NormKind::RmsNormBackward: return "rms_norm_backward";
+    case NormKind::CrossEntropyForward: return "cross_entropy";
+    case NormKind::CrossEntropyBackward: return "cross_entropy_backward";
   }
   return "?";
 }

@@ -206,11 +206,18 @@ enum class NormKind : std::int8_t {
   LayerNormBackward,   // grad_out, x, mean, rstd, weight? -> grad_in; grad_weight?, grad_bias?
   RmsNormForward,      // x, weight? -> y, rstd?
   RmsNormBackward,     // grad_out, x, rstd, weight? -> grad_in; grad_weight?
+  // Class logits with a row stride (device/mb_cross_entropy.cuh); loss and
+  // lse are fp32, one per row.
+  CrossEntropyForward,   // x, target -> loss, lse
+  CrossEntropyBackward,  // grad_loss, x, target, lse -> grad_in
 };
 std::string_view norm_kind_name(NormKind kind);
 // Softmax or log-softmax forward: one row in, one row out.
 inline bool is_softmax_forward(NormKind kind) {
   return kind == NormKind::SoftmaxForward || kind == NormKind::LogSoftmaxForward;
+}
+inline bool is_cross_entropy(NormKind kind) {
+  return kind == NormKind::CrossEntropyForward || kind == NormKind::CrossEntropyBackward;
 }
 
 // Row-wise over the last dim of a [rows, cols] view with contiguous rows

@@ -31,7 +31,8 @@ set(_mb_device_headers
   mb_math.cuh
   mb_reduce.cuh
   mb_reduction.cuh
-  mb_norm.cuh)
+  mb_norm.cuh
+  mb_cross_entropy.cuh)
 set(MB_DEVICE_SOURCE_ENTRIES "")
 foreach(_mb_header ${_mb_device_headers})
   set(_mb_path ${CMAKE_CURRENT_LIST_DIR}/device/${_mb_header})

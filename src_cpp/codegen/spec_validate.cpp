@@ -199,6 +199,12 @@ std::string validate(const NormSpec& spec) {
       spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward;
   const bool layer_norm =
       spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::LayerNormBackward;
+  if (is_cross_entropy(spec.kind)) {
+    if (spec.dtype == DType::Float64) return "cross-entropy kernels take fp32, bf16 or fp16 logits";
+    if (spec.out_dtype != DType::Float32) return "cross-entropy losses are fp32";
+    if (spec.has_weight || spec.has_bias) return "cross-entropy has no class weights here";
+    return {};
+  }
   if (!softmax_forward && spec.out_dtype != spec.dtype)
     return "only softmax forward may change the dtype";
   if (softmax && (spec.has_weight || spec.has_bias)) return "softmax has no weight or bias";

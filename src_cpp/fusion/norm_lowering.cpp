@@ -88,6 +88,52 @@ std::string match_softmax(const Graph& graph, const Node& node, NormMatch* out) 
   return finish(g, {node.id}, out);
 }
 
+// mybackend::cross_entropy_forward(x, target, ignore_index) -> (loss, lse)
+// mybackend::cross_entropy_backward(grad_loss, x, target, lse, ignore_index)
+//   -> grad_in
+// (mybackend/cross_entropy.py). x is [rows, classes] with unit column
+// stride; any row stride (Note [Rows of any alignment]).
+std::string match_cross_entropy(const Graph& graph, const Node& node, NormMatch* out) {
+  const bool forward = node.op == "mybackend::cross_entropy_forward.default";
+  const std::size_t x_arg = forward ? 0 : 1;
+  const TensorType* x = tensor_arg(graph, node, x_arg);
+  const TensorType* target = tensor_arg(graph, node, x_arg + 1);
+  const Argument& ignore = arg_at(node, forward ? 2 : 4);
+  if (x == nullptr || target == nullptr || ignore.kind != Argument::Kind::Int)
+    return "unexpected arguments";
+  if (node.outputs.size() != (forward ? 2u : 1u)) return "unexpected results";
+  if (x->rank() != 2 || target->rank() != 1) return "cross-entropy over [rows, classes] only";
+  if (std::string p = tensor_problem(*x, x->device, "the logits"); !p.empty()) return p;
+  if (x->dtype == DType::Float64) return "fp64 logits run as ATen";
+  if (target->dtype != DType::Int64 || target->device != x->device)
+    return "the targets are not int64 on the logits' device";
+  NormGroup g;
+  g.rows_of = node.args[x_arg].value;
+  g.ignore_index = ignore.i;
+  g.spec.kind = forward ? NormKind::CrossEntropyForward : NormKind::CrossEntropyBackward;
+  g.spec.dtype = x->dtype;
+  g.spec.out_dtype = DType::Float32;
+  g.spec.weight_dtype = x->dtype;
+  g.inputs = {{"x", node.args[x_arg].value}, {"target", node.args[x_arg + 1].value}};
+  if (forward) {
+    g.outputs = {{"loss", node.outputs[0]}, {"lse", node.outputs[1]}};
+  } else {
+    const TensorType* grad = tensor_arg(graph, node, 0);
+    const TensorType* lse = tensor_arg(graph, node, 3);
+    if (grad == nullptr || lse == nullptr) return "unexpected arguments";
+    for (const TensorType* t : {grad, lse}) {
+      if (t->dtype != DType::Float32 || t->device != x->device || t->rank() != 1)
+        return "grad_loss and lse are not fp32 rows on the logits' device";
+    }
+    g.inputs.push_back({"grad_loss", node.args[0].value});
+    g.inputs.push_back({"lse", node.args[3].value});
+    const TensorType& y = graph.value(node.outputs[0]).tensor;
+    if (y.dtype != x->dtype) return "the gradient's dtype differs from the logits'";
+    g.outputs = {{"grad_in", node.outputs[0]}};
+  }
+  return finish(g, {node.id}, out);
+}
+
 // Trailing normalized dims: weight/bias (when present) have exactly those sizes.
 std::string normalized_dims(const Node& node, std::int64_t rank, int* count) {
   const Argument& shape = arg_at(node, node.op == "aten::native_layer_norm.default" ? 1 : 2);
@@ -348,14 +394,21 @@ bool is_norm_anchor(const std::string& op) {
          op == "aten::_softmax_backward_data.default" ||
          op == "aten::_log_softmax_backward_data.default" ||
          op == "aten::native_layer_norm.default" ||
-         op == "aten::native_layer_norm_backward.default";
+         op == "aten::native_layer_norm_backward.default" || is_cross_entropy_op(op);
+}
+
+bool is_cross_entropy_op(const std::string& op) {
+  return op == "mybackend::cross_entropy_forward.default" ||
+         op == "mybackend::cross_entropy_backward.default";
 }
 
 std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partition, NodeId anchor,
                        NormMatch* out) {
   const Node& node = index.graph.node(anchor);
   std::string problem;
-  if (node.op.find("softmax") != std::string::npos && is_norm_anchor(node.op)) {
+  if (is_cross_entropy_op(node.op)) {
+    problem = match_cross_entropy(index.graph, node, out);
+  } else if (node.op.find("softmax") != std::string::npos && is_norm_anchor(node.op)) {
     problem = match_softmax(index.graph, node, out);
   } else if (node.op.find("native_layer_norm") != std::string::npos) {
     problem = match_layer_norm(index.graph, node, out);

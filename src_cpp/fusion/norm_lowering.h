@@ -1,6 +1,7 @@
 // Row-wise normalizations -> NormSpec: softmax and log_softmax (forward and
-// backward), native_layer_norm and its backward, and RMS norm as core ATen
-// leaves it (pow/mean/add/rsqrt/mul, Note [RMS-norm chain]).
+// backward), native_layer_norm and its backward, RMS norm as core ATen
+// leaves it (pow/mean/add/rsqrt/mul, Note [RMS-norm chain]), and
+// mybackend's cross-entropy ops.
 //
 // Note [RMS-norm chain]
 // F.rms_norm / nn.RMSNorm decompose to
@@ -34,5 +35,7 @@ std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partitio
 
 // Ops that anchor a norm group (for the planner's refusal texts).
 bool is_norm_anchor(const std::string& op);
+// mybackend's fused cross-entropy ops (mybackend/cross_entropy.py).
+bool is_cross_entropy_op(const std::string& op);
 
 }  // namespace mybackend

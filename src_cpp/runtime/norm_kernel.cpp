@@ -3,7 +3,7 @@
 // data as [rows, cols] with contiguous rows: inputs that are not contiguous
 // are made so first (eager's kernels do the same). Backward layer norm has a
 // second entry point for the weight and bias grads (a column reduction).
-#include "runtime/kernel_launch.h"
+#include "runtime/norm_kernel.h"
 
 #ifdef MYBACKEND_WITH_CUDA
 
@@ -21,128 +21,124 @@ namespace {
 
 DType stats_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
 
-// The dtype a named kernel tensor has.
-DType dtype_of(const NormSpec& spec, const std::string& name) {
+}  // namespace
+
+DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
   if (name == "weight" || name == "bias" || name == "grad_weight" || name == "grad_bias")
     return spec.weight_dtype;
   if (name == "mean" || name == "rstd") return stats_dtype(spec.dtype);
   if (name == "y") return spec.out_dtype;
+  if (name == "target") return DType::Int64;
+  if (name == "loss" || name == "lse" || name == "grad_loss") return DType::Float32;
   return spec.dtype;
 }
 
-class NormKernel final : public GroupKernel<NormGroup> {
- public:
-  using GroupKernel::GroupKernel;
-
- private:
-  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
-              PlannedOutputs& planned) const override {
-    const NormGroup& g = *group_;
-    const auto shape = evaluate_dims(graph_.value(g.rows_of).tensor.sizes, bindings);
-    if (!shape) return fail("a size depends on an unbound symbol");
-    const std::size_t split = shape->size() - static_cast<std::size_t>(g.normalized_dims);
-    std::int64_t rows = 1, cols = 1;
-    for (std::size_t d = 0; d < shape->size(); ++d) (d < split ? rows : cols) *= (*shape)[d];
-    if (cols == 0 && rows > 0) return fail("normalizing empty rows: ATen handles that edge");
-    std::map<std::string, at::Tensor> tensors;
-    std::string why;
-    std::optional<c10::Device> device;
-    for (const auto& [name, value] : g.inputs) {
-      auto t =
-          cuda_tensor(slots[static_cast<std::size_t>(value)], dtype_of(g.spec, name), name, &why);
-      if (!t) return fail(why);
-      if (device && t->device() != *device) return fail("inputs on different devices");
-      device = t->device();
-      tensors[name] = t->contiguous();
-    }
-    if (!device) return fail("the group reads no tensor");
-    for (const char* name : {"x", "grad_out", "out"}) {
-      auto it = tensors.find(name);
-      if (it != tensors.end() && (it->second.sizes() != c10::IntArrayRef(*shape)))
-        return fail(std::string(name) + " does not have the compiled shape");
-    }
-    for (const char* name : {"weight", "bias"}) {
-      auto it = tensors.find(name);
-      if (it != tensors.end() && it->second.numel() != cols)
-        return fail(std::string(name) + " does not have normalized_shape");
-    }
-    for (const char* name : {"mean", "rstd"}) {
-      auto it = tensors.find(name);
-      if (it != tensors.end() && it->second.numel() != rows)
-        return fail(std::string(name) + " does not have one value per row");
-    }
-    c10::cuda::CUDAGuard guard(*device);
-    const auto options = tensors.begin()->second.options();
-    for (const auto& [name, value] : g.outputs) {
-      const auto dtype = static_cast<c10::ScalarType>(dtype_of(g.spec, name));
-      if (value < 0) {  // computed but unused (a grad nobody asked for)
-        tensors[name] = at::empty({cols}, options.dtype(dtype));
-        continue;
-      }
-      const TensorType& type = graph_.value(value).tensor;
-      const auto sizes = evaluate_dims(type.sizes, bindings);
-      const auto strides = evaluate_dims(type.strides, bindings);
-      if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
-      at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
-      if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
-      tensors[name] = t;
-    }
-    bool aligned = rows * cols < kIndex32Limit;
-    for (const auto& [name, t] : tensors) aligned = aligned && aligned16(t);
-    const std::size_t v = aligned || variants_.size() == 1 ? 0 : variants_.size() - 1;
-    const DeviceModules::Loaded& l = modules_.on(device->index());
-    const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
-    // Parameter grads reduce in row chunks through a workspace of partial
-    // (dw, db) pairs (Note [Split parameter grads]).
-    const std::int64_t splits = norm_param_splits(rows, cols, l.sm_count);
-    if (entries.size() > 1) {
-      const auto stats = static_cast<c10::ScalarType>(stats_dtype(g.spec.dtype));
-      tensors["partials"] = at::empty({splits, cols, 2}, options.dtype(stats));
-    }
-    for (std::size_t e = 0; e < entries.size(); ++e) {
-      const KernelEntry entry =
-          e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
-      KernelArgs args(entry);
-      for (std::size_t i = 0; i < entry.params.size(); ++i) {
-        const KernelParam& p = entry.params[i];
-        if (p.kind == KernelParam::Kind::Pointer) {
-          auto it = tensors.find(p.name);
-          MB_ASSERT(it != tensors.end(), "norm kernel parameter ", p.name, " has no tensor");
-          args.set_pointer(i, it->second.data_ptr());
-        } else if (p.name == "rows") {
-          args.set_int(i, rows);
-        } else if (p.name == "cols") {
-          args.set_int(i, cols);
-        } else if (p.name == "splits") {
-          args.set_int(i, splits);
-        } else if (p.name == "eps") {
-          args.set_double(i, g.eps);
-        } else {
-          MB_ASSERT(false, "unexpected norm kernel parameter ", p.name);
-        }
-      }
-      // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
-      // (parameter grads): 32 columns of one row chunk, then of all chunks.
-      const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;
-      const std::int64_t col_blocks = (cols + 31) / 32;
-      const std::int64_t blocks = e == 0   ? (rows + per_block - 1) / per_block
-                                  : e == 1 ? col_blocks * splits
-                                           : col_blocks;
-      if (blocks == 0) continue;
-      const std::int64_t grid =
-          e == 0 ? capped_grid(blocks, l.sm_count,
-                               launch_tuning().row_blocks_per_sm(is_softmax_forward(g.spec.kind)))
-                 : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
-      launch_on_stream(l, l.functions[v][e], grid, entry, args, device->index());
-    }
-    for (const auto& [name, value] : g.outputs) {
-      if (value >= 0) slots[static_cast<std::size_t>(value)] = tensors[name];
-    }
-    return true;
+bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
+                        PlannedOutputs& planned) const {
+  const NormGroup& g = *group_;
+  if (is_cross_entropy(g.spec.kind)) return launch_cross_entropy(slots, bindings, planned);
+  const auto shape = evaluate_dims(graph_.value(g.rows_of).tensor.sizes, bindings);
+  if (!shape) return fail("a size depends on an unbound symbol");
+  const std::size_t split = shape->size() - static_cast<std::size_t>(g.normalized_dims);
+  std::int64_t rows = 1, cols = 1;
+  for (std::size_t d = 0; d < shape->size(); ++d) (d < split ? rows : cols) *= (*shape)[d];
+  if (cols == 0 && rows > 0) return fail("normalizing empty rows: ATen handles that edge");
+  std::map<std::string, at::Tensor> tensors;
+  std::string why;
+  std::optional<c10::Device> device;
+  for (const auto& [name, value] : g.inputs) {
+    auto t = cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name),
+                         name, &why);
+    if (!t) return fail(why);
+    if (device && t->device() != *device) return fail("inputs on different devices");
+    device = t->device();
+    tensors[name] = t->contiguous();
   }
-};
-
-}  // namespace
+  if (!device) return fail("the group reads no tensor");
+  for (const char* name : {"x", "grad_out", "out"}) {
+    auto it = tensors.find(name);
+    if (it != tensors.end() && (it->second.sizes() != c10::IntArrayRef(*shape)))
+      return fail(std::string(name) + " does not have the compiled shape");
+  }
+  for (const char* name : {"weight", "bias"}) {
+    auto it = tensors.find(name);
+    if (it != tensors.end() && it->second.numel() != cols)
+      return fail(std::string(name) + " does not have normalized_shape");
+  }
+  for (const char* name : {"mean", "rstd"}) {
+    auto it = tensors.find(name);
+    if (it != tensors.end() && it->second.numel() != rows)
+      return fail(std::string(name) + " does not have one value per row");
+  }
+  c10::cuda::CUDAGuard guard(*device);
+  const auto options = tensors.begin()->second.options();
+  for (const auto& [name, value] : g.outputs) {
+    const auto dtype = static_cast<c10::ScalarType>(norm_tensor_dtype(g.spec, name));
+    if (value < 0) {  // computed but unused (a grad nobody asked for)
+      tensors[name] = at::empty({cols}, options.dtype(dtype));
+      continue;
+    }
+    const TensorType& type = graph_.value(value).tensor;
+    const auto sizes = evaluate_dims(type.sizes, bindings);
+    const auto strides = evaluate_dims(type.strides, bindings);
+    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
+    at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
+    if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
+    tensors[name] = t;
+  }
+  bool aligned = rows * cols < kIndex32Limit;
+  for (const auto& [name, t] : tensors) aligned = aligned && aligned16(t);
+  const std::size_t v = aligned || variants_.size() == 1 ? 0 : variants_.size() - 1;
+  const DeviceModules::Loaded& l = modules_.on(device->index());
+  const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
+  // Parameter grads reduce in row chunks through a workspace of partial
+  // (dw, db) pairs (Note [Split parameter grads]).
+  const std::int64_t splits = norm_param_splits(rows, cols, l.sm_count);
+  if (entries.size() > 1) {
+    const auto stats = static_cast<c10::ScalarType>(stats_dtype(g.spec.dtype));
+    tensors["partials"] = at::empty({splits, cols, 2}, options.dtype(stats));
+  }
+  for (std::size_t e = 0; e < entries.size(); ++e) {
+    const KernelEntry entry =
+        e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
+    KernelArgs args(entry);
+    for (std::size_t i = 0; i < entry.params.size(); ++i) {
+      const KernelParam& p = entry.params[i];
+      if (p.kind == KernelParam::Kind::Pointer) {
+        auto it = tensors.find(p.name);
+        MB_ASSERT(it != tensors.end(), "norm kernel parameter ", p.name, " has no tensor");
+        args.set_pointer(i, it->second.data_ptr());
+      } else if (p.name == "rows") {
+        args.set_int(i, rows);
+      } else if (p.name == "cols") {
+        args.set_int(i, cols);
+      } else if (p.name == "splits") {
+        args.set_int(i, splits);
+      } else if (p.name == "eps") {
+        args.set_double(i, g.eps);
+      } else {
+        MB_ASSERT(false, "unexpected norm kernel parameter ", p.name);
+      }
+    }
+    // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
+    // (parameter grads): 32 columns of one row chunk, then of all chunks.
+    const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;
+    const std::int64_t col_blocks = (cols + 31) / 32;
+    const std::int64_t blocks = e == 0   ? (rows + per_block - 1) / per_block
+                                : e == 1 ? col_blocks * splits
+                                         : col_blocks;
+    if (blocks == 0) continue;
+    const std::int64_t grid =
+        e == 0 ? capped_grid(blocks, l.sm_count,
+                             launch_tuning().row_blocks_per_sm(is_softmax_forward(g.spec.kind)))
+               : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
+    launch_on_stream(l, l.functions[v][e], grid, entry, args, device->index());
+  }
+  for (const auto& [name, value] : g.outputs) {
+    if (value >= 0) slots[static_cast<std::size_t>(value)] = tensors[name];
+  }
+  return true;
+}
 
 KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group) {
   KernelBuild build;

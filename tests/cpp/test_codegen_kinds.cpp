@@ -294,6 +294,53 @@ TEST(CodegenNorm, BackwardEmitsParameterGradKernel) {
   EXPECT_TRUE(has_16_byte_load(outcomes[1].kernel->image));
 }
 
+// Note [Rows of any alignment]: both kinds, every logits dtype, both index
+// widths; the body of each row moves in 16-byte vectors whatever the spec's
+// alignment flag says, and the parameters are what the runtime fills.
+TEST(CodegenNorm, CrossEntropyKindsCompileVectorized) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::CrossEntropyForward, NormKind::CrossEntropyBackward}) {
+    for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+      for (bool index64 : {false, true}) {
+        NormSpec spec;
+        spec.kind = kind;
+        spec.dtype = spec.weight_dtype = dtype;
+        spec.out_dtype = DType::Float32;
+        spec.index64 = index64;
+        ASSERT_EQ(validate(spec), "") << spec.to_string();
+        cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype) +
+                             (index64 ? "/i64" : "/i32"),
+                         emit_norm(spec)});
+      }
+    }
+  }
+  auto params = [](const EmittedKernel& k) {
+    std::vector<std::string> names;
+    for (const auto& p : k.entries[0].params) names.push_back(p.name);
+    return names;
+  };
+  EXPECT_EQ(params(cases[0].kernel), (std::vector<std::string>{"x", "target", "loss", "lse", "rows",
+                                                               "cols", "row_stride",
+                                                               "ignore_index"}));
+  EXPECT_EQ(params(cases.back().kernel),
+            (std::vector<std::string>{"grad_loss", "x", "target", "lse", "grad_in", "rows", "cols",
+                                      "row_stride", "ignore_index"}));
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok()) << cases[i].label;
+    EXPECT_TRUE(has_16_byte_load(outcomes[i].kernel->image)) << cases[i].label;
+  }
+
+  NormSpec fp64;
+  fp64.kind = NormKind::CrossEntropyForward;
+  fp64.dtype = fp64.weight_dtype = DType::Float64;
+  EXPECT_NE(validate(fp64), "");
+  NormSpec bf16_loss = fp64;
+  bf16_loss.dtype = bf16_loss.weight_dtype = DType::BFloat16;
+  bf16_loss.out_dtype = DType::BFloat16;
+  EXPECT_NE(validate(bf16_loss), "");
+}
+
 TEST(CodegenNorm, ValidateExplainsRejections) {
   NormSpec s;
   s.kind = NormKind::SoftmaxForward;

@@ -1,0 +1,93 @@
+// Generated cross-entropy groups at run time (mybackend/cross_entropy.py,
+// device/mb_cross_entropy.cuh). Unlike the other norm groups the logits
+// keep their row stride: the output layer's padded product hands over rows
+// wider than the class count, and copying 400 MB of logits to close the gap
+// would cost as much as the kernel itself.
+#include "runtime/norm_kernel.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <c10/cuda/CUDAGuard.h>
+
+#include <map>
+
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+// Enough blocks per SM for the loads in flight to cover memory latency;
+// the kernels loop over rows, so any grid is correct.
+constexpr int kBlocksPerSm = 8;
+
+}  // namespace
+
+bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& bindings,
+                                      PlannedOutputs& planned) const {
+  const NormGroup& g = *group_;
+  std::map<std::string, at::Tensor> tensors;
+  std::string why;
+  for (const auto& [name, value] : g.inputs) {
+    auto t = cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name),
+                         name, &why);
+    if (!t) return fail(why);
+    tensors[name] = name == "x" ? *t : t->contiguous();
+  }
+  at::Tensor& x = tensors.at("x");
+  if (x.dim() != 2) return fail("the logits are not [rows, classes]");
+  if (x.stride(1) != 1 || x.stride(0) < x.size(1)) x = x.contiguous();
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  const std::int64_t row_stride = rows > 1 ? x.stride(0) : cols;
+  if (cols == 0 && rows > 0) return fail("no classes: ATen handles that edge");
+  for (const auto& [name, t] : tensors) {
+    if (t.device() != x.device()) return fail("inputs on different devices");
+    if (name != "x" && (t.dim() != 1 || t.size(0) != rows))
+      return fail(name + " does not have one value per row");
+  }
+  c10::cuda::CUDAGuard guard(x.device());
+  for (const auto& [name, value] : g.outputs) {
+    const TensorType& type = graph_.value(value).tensor;
+    const auto sizes = evaluate_dims(type.sizes, bindings);
+    const auto strides = evaluate_dims(type.strides, bindings);
+    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
+    const auto dtype = static_cast<c10::ScalarType>(norm_tensor_dtype(g.spec, name));
+    at::Tensor t = planned.empty_strided(value, *sizes, *strides, x.options().dtype(dtype));
+    if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
+    tensors[name] = t;
+  }
+  if (rows > 0) {
+    const bool index32 =
+        (rows - 1) * row_stride + cols < kIndex32Limit && rows * cols < kIndex32Limit;
+    const std::size_t v = index32 || variants_.size() == 1 ? 0 : variants_.size() - 1;
+    const DeviceModules::Loaded& l = modules_.on(x.device().index());
+    const KernelEntry& entry = variants_[v].kernel.entries[0];
+    KernelArgs args(entry);
+    for (std::size_t i = 0; i < entry.params.size(); ++i) {
+      const KernelParam& p = entry.params[i];
+      if (p.kind == KernelParam::Kind::Pointer) {
+        auto it = tensors.find(p.name);
+        MB_ASSERT(it != tensors.end(), "cross-entropy kernel parameter ", p.name, " has no tensor");
+        args.set_pointer(i, it->second.data_ptr());
+      } else if (p.name == "rows") {
+        args.set_int(i, rows);
+      } else if (p.name == "cols") {
+        args.set_int(i, cols);
+      } else if (p.name == "row_stride") {
+        args.set_int(i, row_stride);
+      } else if (p.name == "ignore_index") {
+        args.set_int(i, g.ignore_index);
+      } else {
+        MB_ASSERT(false, "unexpected cross-entropy kernel parameter ", p.name);
+      }
+    }
+    launch_on_stream(l, l.functions[v][0], capped_grid(rows, l.sm_count, kBlocksPerSm), entry, args,
+                     x.device().index());
+  }
+  for (const auto& [name, value] : g.outputs)
+    slots[static_cast<std::size_t>(value)] = tensors[name];
+  return true;
+}
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA

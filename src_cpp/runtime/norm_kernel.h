@@ -1,0 +1,31 @@
+// Generated norm groups at run time (CUDA builds only): softmax and
+// log_softmax, layer norm and RMS norm (norm_kernel.cpp), and cross-entropy
+// (cross_entropy_kernel.cpp), whose logits keep their row stride.
+#pragma once
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <string>
+
+#include "runtime/kernel_launch.h"
+
+namespace mybackend {
+
+class NormKernel final : public GroupKernel<NormGroup> {
+ public:
+  using GroupKernel::GroupKernel;
+
+ private:
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+              PlannedOutputs& planned) const override;
+  bool launch_cross_entropy(ValueSlots& slots, const SymbolBindings& bindings,
+                            PlannedOutputs& planned) const;
+};
+
+// The dtype of the kernel tensor a norm group names `name` ("x", "weight",
+// "mean", "target", ...).
+DType norm_tensor_dtype(const NormSpec& spec, const std::string& name);
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA
