@@ -39,10 +39,12 @@ struct Entry {
                           "*>(nullptr)");
     }
   }
-  void int64(const std::string& name) {
+  // An integer argument: an index of type I, or kept as long long (a value
+  // such as ignore_index, compared with int64 data).
+  void int64(const std::string& name, bool index = true) {
     params << ",\n    const long long " << name;
     abi.params.push_back({KernelParam::Kind::Int64, name});
-    call_args.push_back("static_cast<I>(" + name + ")");
+    call_args.push_back(index ? "static_cast<I>(" + name + ")" : name);
   }
   void sizes(bool with_eps) {
     params << ",\n    const long long rows,\n    const long long cols";
@@ -153,12 +155,12 @@ std::string cross_entropy_entries(const NormSpec& spec, const Names& n, Entry& e
   }
   e.sizes(false);
   e.int64("row_stride");
-  e.params << ",\n    const long long ignore_index";
-  e.abi.params.push_back({KernelParam::Kind::Int64, "ignore_index"});
-  e.call_args.push_back("ignore_index");
+  e.int64("ignore_index", /*index=*/false);
   const int vec = emit::vector_width({spec.dtype});
-  return e.write(std::string(forward ? "mb::cross_entropy_forward<" : "mb::cross_entropy_backward<") +
-                 n.t + ", I, " + std::to_string(vec) + ">");
+  e.abi.elements_per_thread = vec;
+  return e.write(
+      std::string(forward ? "mb::cross_entropy_forward<" : "mb::cross_entropy_backward<") + n.t +
+      ", I, " + std::to_string(vec) + ">");
 }
 
 // Backward norms have one entry point for grad_in (block per row) and, when
@@ -235,11 +237,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       entries = backward_entries(spec, n, main, partials, totals);
       break;
     case NormKind::CrossEntropyForward:
-    case NormKind::CrossEntropyBackward:
-      main.abi.elements_per_thread = emit::vector_width({spec.dtype});
-      main.abi.row_elements_per_thread = 0;
-      entries = cross_entropy_entries(spec, n, main);
-      break;
+    case NormKind::CrossEntropyBackward: entries = cross_entropy_entries(spec, n, main); break;
   }
   std::ostringstream src;
   src << emit::comment_block(spec.to_string())

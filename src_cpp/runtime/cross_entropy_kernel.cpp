@@ -11,8 +11,6 @@
 
 #include <map>
 
-#include "common/error.h"
-
 namespace mybackend {
 namespace {
 
@@ -61,25 +59,12 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
     const std::size_t v = index32 || variants_.size() == 1 ? 0 : variants_.size() - 1;
     const DeviceModules::Loaded& l = modules_.on(x.device().index());
     const KernelEntry& entry = variants_[v].kernel.entries[0];
-    KernelArgs args(entry);
-    for (std::size_t i = 0; i < entry.params.size(); ++i) {
-      const KernelParam& p = entry.params[i];
-      if (p.kind == KernelParam::Kind::Pointer) {
-        auto it = tensors.find(p.name);
-        MB_ASSERT(it != tensors.end(), "cross-entropy kernel parameter ", p.name, " has no tensor");
-        args.set_pointer(i, it->second.data_ptr());
-      } else if (p.name == "rows") {
-        args.set_int(i, rows);
-      } else if (p.name == "cols") {
-        args.set_int(i, cols);
-      } else if (p.name == "row_stride") {
-        args.set_int(i, row_stride);
-      } else if (p.name == "ignore_index") {
-        args.set_int(i, g.ignore_index);
-      } else {
-        MB_ASSERT(false, "unexpected cross-entropy kernel parameter ", p.name);
-      }
-    }
+    KernelArgs args = norm_kernel_args(entry, tensors,
+                                       {{"rows", rows},
+                                        {"cols", cols},
+                                        {"row_stride", row_stride},
+                                        {"ignore_index", g.ignore_index}},
+                                       0.0);
     launch_on_stream(l, l.functions[v][0], capped_grid(rows, l.sm_count, kBlocksPerSm), entry, args,
                      x.device().index());
   }

@@ -33,6 +33,28 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
   return spec.dtype;
 }
 
+KernelArgs norm_kernel_args(const KernelEntry& entry,
+                            const std::map<std::string, at::Tensor>& tensors,
+                            const std::map<std::string, std::int64_t>& ints, double eps) {
+  KernelArgs args(entry);
+  for (std::size_t i = 0; i < entry.params.size(); ++i) {
+    const KernelParam& p = entry.params[i];
+    if (p.kind == KernelParam::Kind::Pointer) {
+      auto it = tensors.find(p.name);
+      MB_ASSERT(it != tensors.end(), "norm kernel parameter ", p.name, " has no tensor");
+      args.set_pointer(i, it->second.data_ptr());
+    } else if (p.kind == KernelParam::Kind::Float64) {
+      MB_ASSERT(p.name == "eps", "unexpected norm kernel parameter ", p.name);
+      args.set_double(i, eps);
+    } else {
+      auto it = ints.find(p.name);
+      MB_ASSERT(it != ints.end(), "unexpected norm kernel parameter ", p.name);
+      args.set_int(i, it->second);
+    }
+  }
+  return args;
+}
+
 bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
                         PlannedOutputs& planned) const {
   const NormGroup& g = *group_;
@@ -101,25 +123,8 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   for (std::size_t e = 0; e < entries.size(); ++e) {
     const KernelEntry entry =
         e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
-    KernelArgs args(entry);
-    for (std::size_t i = 0; i < entry.params.size(); ++i) {
-      const KernelParam& p = entry.params[i];
-      if (p.kind == KernelParam::Kind::Pointer) {
-        auto it = tensors.find(p.name);
-        MB_ASSERT(it != tensors.end(), "norm kernel parameter ", p.name, " has no tensor");
-        args.set_pointer(i, it->second.data_ptr());
-      } else if (p.name == "rows") {
-        args.set_int(i, rows);
-      } else if (p.name == "cols") {
-        args.set_int(i, cols);
-      } else if (p.name == "splits") {
-        args.set_int(i, splits);
-      } else if (p.name == "eps") {
-        args.set_double(i, g.eps);
-      } else {
-        MB_ASSERT(false, "unexpected norm kernel parameter ", p.name);
-      }
-    }
+    KernelArgs args = norm_kernel_args(entry, tensors,
+                                       {{"rows", rows}, {"cols", cols}, {"splits", splits}}, g.eps);
     // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
     // (parameter grads): 32 columns of one row chunk, then of all chunks.
     const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;

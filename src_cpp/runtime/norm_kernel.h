@@ -5,6 +5,8 @@
 
 #ifdef MYBACKEND_WITH_CUDA
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "runtime/kernel_launch.h"
@@ -25,6 +27,12 @@ class NormKernel final : public GroupKernel<NormGroup> {
 // The dtype of the kernel tensor a norm group names `name` ("x", "weight",
 // "mean", "target", ...).
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name);
+
+// Arguments of a norm entry point by parameter name: pointers from
+// `tensors`, integers from `ints`, the one floating parameter is eps.
+KernelArgs norm_kernel_args(const KernelEntry& entry,
+                            const std::map<std::string, at::Tensor>& tensors,
+                            const std::map<std::string, std::int64_t>& ints, double eps);
 
 }  // namespace mybackend
 
