@@ -32,7 +32,7 @@ from mybackend.debug.tracing import emit_graph_artifacts
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
 from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
-from mybackend.lowering.layout import plan_channels_last
+from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
@@ -63,16 +63,25 @@ def compile_with_aot(
         bw_compiler=compiler("backward"),
         inference_compiler=compiler("inference"),
         decompositions=decomposition_table(),
-        partition_fn=_timed_partition,
+        partition_fn=functools.partial(_partition, options=options),
         keep_inference_input_mutations=True,
     )
 
 
-def _timed_partition(*args: Any, **kwargs: Any) -> Any:
-    """The min-cut partitioner, timed: aot_autograd has no timer of its own
-    for it, and it is a large part of compiling a training graph."""
+def _partition(
+    joint: torch.fx.GraphModule, joint_inputs: Any, *, options: Options, **kwargs: Any
+) -> Any:
+    """The min-cut partitioner, after the joint graph's channels-last plan
+    (planned before the split, forward and backward agree on the strides of
+    every saved tensor: Note [Channels-last planning]). Timed: aot_autograd
+    has no timer of its own for it, and it is a large part of compiling a
+    training graph."""
     with timed(PARTITION):
-        return min_cut_rematerialization_partition(*args, **kwargs)
+        if options.channels_last:
+            joint, conversions = plan_channels_last(joint, placeholder_values(joint))
+            if conversions:
+                log.debug("joint graph: %d channels-last conversions planned", conversions)
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
 def compile_aten_graph(

@@ -19,9 +19,16 @@ the spatial dims, as in a ViT patch embedding) and a graph output whose
 strides changed (callers see eager's strides). If propagation fails for any
 other reason, the graph keeps its original layout.
 
-Only inference graphs are planned: a forward graph's saved tensors carry the
-strides the backward graph was traced with, and changing them on one side
-alone would break the other.
+Inference graphs are planned as they reach the compiler. Training graphs
+are planned before aot_autograd splits them, on the joint forward-backward
+graph (aot.py's partition function): a saved tensor is one node of that
+graph, so the forward that writes it and the backward that reads it agree
+on its strides, and the backward's convolution, batch-norm and pooling
+gradients follow the forward's layout. Planning the forward and backward
+graphs one by one could not do that: each carries the strides the other was
+traced with. The joint graph's outputs (forward outputs, updated buffers,
+gradients) keep their traced strides like any graph's outputs, so a
+convolution weight's gradient is copied back to the weight's layout.
 """
 
 from __future__ import annotations
@@ -92,6 +99,11 @@ def _convert_convolution_operands(
                 converted[source] = insert_clone(graph, source, anchor, _CHANNELS_LAST)
             conv.replace_input_with(source, converted[source])
     return len(converted)
+
+
+def placeholder_values(gm: torch.fx.GraphModule) -> list[Any]:
+    """The FakeTensors (or symbolic sizes) a traced graph's inputs carry."""
+    return [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
 
 
 def plan_channels_last(

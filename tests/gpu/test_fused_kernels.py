@@ -181,3 +181,23 @@ def test_channels_last_group_walks_memory_order(shape: tuple[int, ...], dtype: t
     for g, e in zip(got, fn(x, r, nchw, scale), strict=True):
         torch.testing.assert_close(g, e, **TOL[dtype])
         assert g.stride() == e.stride()
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.bfloat16),
+        (torch.float16, torch.float32),
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "odd"])
+def test_a_lone_cast_runs_generated(source: torch.dtype, target: torch.dtype, layout: str) -> None:
+    """Note [Lone casts]: a parameter gradient's cast to fp32 (or a weight's
+    to bf16) is one generated kernel, exact like eager's copy."""
+    shape = (33, 17) if layout == "odd" else (768, 3072)
+    x = torch.randn(shape, device="cuda").to(source)
+    if layout == "transposed":
+        _check(lambda x: x.t().to(target), x, tol={"rtol": 0, "atol": 0})
+    else:
+        _check(lambda x: x.to(target), x, tol={"rtol": 0, "atol": 0})

@@ -180,3 +180,25 @@ def test_channels_last_groups_walk_memory_order() -> None:
         assert ("walked in memory order" in kernel["why"]) == walked, kernel["why"]
         assert "in0 bf16 aligned" in kernel["spec"] and "out0 bf16 aligned" in kernel["spec"]
         assert "in1 f32 strided rank=4" in kernel["spec"]
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), [(torch.bfloat16, F32), (F32, torch.bfloat16), (torch.float16, F32)]
+)
+def test_a_lone_dtype_cast_is_generated(source: torch.dtype, target: torch.dtype) -> None:
+    """Note [Lone casts]: ATen casts without vectors, so a lone cast becomes a
+    generated kernel, read and written as 16-byte vectors; other lone
+    elementwise ops (and a cast to the same dtype) stay ATen calls."""
+    (kernel,) = _kernels(lambda x: x.to(target), ((64, 48), source))
+    assert kernel["kind"] == "pointwise", kernel
+    assert f"in0 {_short(source)} aligned" in kernel["spec"], kernel["spec"]
+    assert f"out0 {_short(target)} aligned" in kernel["spec"], kernel["spec"]
+    # A transposed gradient (t of a product) is cast in its memory order.
+    kernels = _kernels(lambda x: x.t().to(target), ((64, 48), source))
+    assert [k["kind"] for k in kernels].count("pointwise") == 1, kernels
+    for fn in (torch.exp, lambda x: x.to(source, copy=True)):
+        assert [k["kind"] for k in _kernels(fn, ((64, 48), source))] == ["aten_sequence"]
+
+
+def _short(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "f16", F32: "f32"}[dtype]

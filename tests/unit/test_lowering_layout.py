@@ -1,4 +1,5 @@
-"""Stage 3: channels-last planning of inference graphs (Note [Channels-last planning])."""
+"""Stage 3: channels-last planning of inference graphs and of training's joint
+graphs (Note [Channels-last planning])."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 import mybackend
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering.layout import plan_channels_last
+from mybackend.reports import collecting
 
 aten = torch.ops.aten
 
@@ -91,7 +93,7 @@ def test_channels_last_operands_need_no_copy() -> None:
     assert copies == 0 and planned is gm
 
 
-def test_backend_plans_inference_only_and_option_turns_it_off() -> None:
+def test_backend_plans_inference_graphs_as_they_arrive() -> None:
     module = ConvBlock().eval()
     x = torch.randn(2, 3, 8, 8)
 
@@ -103,7 +105,54 @@ def test_backend_plans_inference_only_and_option_turns_it_off() -> None:
 
     assert all("layout" in names for names in stage_names({}, grad=False))
     assert not any("layout" in names for names in stage_names({"channels_last": False}, False))
+    # Training graphs arrive planned (by the partition function), so their
+    # compile has no layout stage of its own.
     assert not any("layout" in names for names in stage_names({}, grad=True))
+
+
+def _channels_last_4d(gm: torch.fx.GraphModule) -> list[bool]:
+    """Per saved 4-D activation (a backward input that is neither a
+    parameter nor a gradient): is it channels-last?"""
+    values = [
+        n.meta.get("val")
+        for n in gm.graph.find_nodes(op="placeholder")
+        if not n.name.startswith(("primals", "tangents"))
+    ]
+    return [
+        v.is_contiguous(memory_format=torch.channels_last) and not v.is_contiguous()
+        for v in values
+        if isinstance(v, torch.Tensor) and v.dim() == 4 and v.shape[1] > 1
+    ]
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_training_is_planned_on_the_joint_graph(channels_last: bool) -> None:
+    """Forward and backward agree on every saved tensor's layout: the
+    backward's saved activations arrive channels-last; outputs, gradients
+    and batch-norm buffers keep eager's values and strides."""
+    torch.manual_seed(0)
+    module, reference = ConvBlock().train(), ConvBlock().train()
+    reference.load_state_dict(module.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    torch._dynamo.reset()
+    options = {"strict": True, "channels_last": channels_last}
+    with collecting() as records:
+        compiled = torch.compile(module, backend="mybackend", options=options)
+        outs = compiled(x)
+        sum(o.square().sum() for o in outs).backward()
+    want = reference(x)
+    sum(o.square().sum() for o in want).backward()
+    for got, expected in zip(outs, want, strict=True):
+        torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride()
+    for (name, p), q in zip(module.named_parameters(), reference.parameters(), strict=True):
+        # Channels-last convolution gradients sum in another order.
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+        assert p.grad.stride() == q.grad.stride(), (name, p.grad.stride(), q.grad.stride())
+    torch.testing.assert_close(module.bn.running_var, reference.bn.running_var)
+    (backward,) = [r.gm for r in records if r.kind == "backward"]
+    saved = _channels_last_4d(backward)
+    assert saved and all(saved) if channels_last else not any(saved), saved
 
 
 @pytest.mark.parametrize("grad", [False, True])
