@@ -67,6 +67,12 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
+def bias_grad_sum(g: torch.Tensor) -> torch.Tensor:
+    """A linear layer's bias gradient under autocast: bf16 rows summed into fp32
+    columns (Note [Split outer reductions])."""
+    return g.sum(0, dtype=torch.float32)
+
+
 def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.gelu(F.linear(x, w, b))
 
@@ -207,6 +213,7 @@ POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
 ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
 M, K, N = 8192, 768, 3072
 VOCAB = 50257  # GPT-2's output layer (Note [Aligned matrix products])
+BGRAD_ROWS, BGRAD_COLS = 12608, 768  # ViT-B/16 training: 64 x 197 tokens
 CE_ROWS = 4096  # GPT-2's training batch: 16 x 256 tokens
 # BERT-base attention: batch 32, 12 heads, 128 tokens, head dim 64.
 ATT_B, ATT_H, ATT_S, ATT_D = 32, 12, 128, 64
@@ -247,6 +254,15 @@ CASES: dict[str, MicroCase] = {
             2 * ROWS * COLS * BF16,
             5 * ROWS * COLS,
             f"softmax over the last dim of {ROWS}x{COLS} bf16",
+        ),
+        MicroCase(
+            "bias_grad_sum",
+            bias_grad_sum,
+            _randn(BGRAD_ROWS, BGRAD_COLS),
+            (BGRAD_ROWS * BGRAD_COLS + 2 * BGRAD_COLS) * BF16,
+            BGRAD_ROWS * BGRAD_COLS,
+            f"column sum of {BGRAD_ROWS}x{BGRAD_COLS} bf16 into fp32 "
+            "(ViT-B/16's bias gradient at batch 64)",
         ),
         MicroCase(
             "linear_gelu",

@@ -195,8 +195,7 @@ std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Ent
   totals.sizes(false);
   totals.int64("splits");
   return src + "\n" +
-         partials.write("mb::norm_backward_param_partials<" + n.t + ", I, " + b(rms) + ">") +
-         "\n" +
+         partials.write("mb::norm_backward_param_partials<" + n.t + ", I, " + b(rms) + ">") + "\n" +
          totals.write("mb::norm_backward_param_totals<" + n.w + ", " + n.stats + ", I, " +
                       b(spec.has_weight) + ", " + b(has_bias) + ">");
 }
@@ -244,7 +243,8 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << emit::approx_math_define(emit::approx_math_level(stored_dtypes(spec)))
       << (is_cross_entropy(spec.kind) ? "#include \"mb_cross_entropy.cuh\"\n\n"
                                       : "#include \"mb_norm.cuh\"\n\n")
-      << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
+      << (partials.abi.params.empty() ? "" : outer_tile_assert()) << "typedef "
+      << emit::index_type(spec.index64) << " I;\n\n"
       << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
   if (!partials.abi.params.empty()) {

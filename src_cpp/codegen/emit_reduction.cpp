@@ -10,6 +10,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/emit_common.h"
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -294,7 +295,8 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
 
   std::ostringstream src;
   src << emit::comment_block(spec.to_string()) << "#include \"mb_reduction.cuh\"\n\n"
-      << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
+      << (spec.axis == ReduceAxis::Outer ? outer_tile_assert() : "") << "typedef "
+      << emit::index_type(spec.index64) << " I;\n\n"
       << emit::body_function(prologue, "mb_prologue") << "\n"
       << emit::body_function(epilogue, "mb_epilogue") << "\n";
   emit_load_struct(in, vec, src);
@@ -330,7 +332,39 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
         << ", I>(load, store, static_cast<I>(rows), static_cast<I>(n));\n";
   }
   src << "}\n";
-  return EmittedKernel{src.str(), {entry}};
+  if (spec.axis != ReduceAxis::Outer) return EmittedKernel{src.str(), {entry}};
+
+  // Note [Split outer reductions]: entries 1 and 2 take the same
+  // parameters plus the workspace and the chunk length.
+  const std::string split_params = p.src.str() +
+                                   ",\n    void* __restrict__ partials,"
+                                   "\n    const long long chunk";
+  const std::string acc = reducer + "::AccT";
+  const std::string sizes =
+      "static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner), static_cast<I>(chunk), ";
+  std::vector<KernelEntry> entries{entry};
+  for (const char* stage : {"_partials", "_totals"}) {
+    KernelEntry e = entry;
+    e.name += stage;
+    e.params.push_back({KernelParam::Kind::Pointer, "partials"});
+    e.params.push_back({KernelParam::Kind::Int64, "chunk"});
+    entries.push_back(e);
+    const bool partials = std::string(stage) == "_partials";
+    src << "\nextern \"C\" __global__ void __launch_bounds__("
+        << std::to_string(entry.block_x * entry.block_y) << ") " << e.name << "(" << split_params
+        << ") {\n";
+    if (partials) {
+      src << "  const Load load{" << join(p.load_init) << "};\n"
+          << "  mb::reduce_outer_partials<" << reducer << ", I>(load, " << sizes << "static_cast<"
+          << acc << "*>(partials));\n";
+    } else {
+      src << "  const Store store{" << join(p.store_init) << "};\n"
+          << "  mb::reduce_outer_totals<" << reducer << ", I>(store, " << sizes
+          << "static_cast<const " << acc << "*>(partials));\n";
+    }
+    src << "}\n";
+  }
+  return EmittedKernel{src.str(), entries};
 }
 
 }  // namespace mybackend

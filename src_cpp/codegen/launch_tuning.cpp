@@ -94,10 +94,20 @@ KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::
   return out;
 }
 
-std::int64_t norm_param_splits(std::int64_t rows, std::int64_t cols, int sm_count) {
-  const std::int64_t col_blocks = std::max<std::int64_t>(1, (cols + 31) / 32);
-  const std::int64_t wanted = (4 * std::max(1, sm_count) + col_blocks - 1) / col_blocks;
-  return std::max<std::int64_t>(1, std::min(wanted, rows / 32));
+std::string outer_tile_assert() {
+  return "static_assert(mb::kOuterTileColumns == " + std::to_string(kOuterTileColumns) +
+         ", \"the host sizes outer-reduction grids by another tile width\");\n\n";
+}
+
+std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner) {
+  return outer * ((inner + kOuterTileColumns - 1) / kOuterTileColumns);
+}
+
+std::int64_t outer_row_splits(std::int64_t tiles, std::int64_t n, int sm_count,
+                              std::int64_t min_rows) {
+  const std::int64_t wanted_blocks = 4 * static_cast<std::int64_t>(std::max(1, sm_count));
+  const std::int64_t wanted = (wanted_blocks + tiles - 1) / std::max<std::int64_t>(1, tiles);
+  return std::max<std::int64_t>(1, std::min(wanted, n / std::max<std::int64_t>(1, min_rows)));
 }
 
 }  // namespace mybackend

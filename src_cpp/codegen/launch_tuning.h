@@ -81,9 +81,22 @@ std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols);
 KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::int64_t cols,
                               int sm_count);
 
-// Row chunks of a norm backward's parameter-grad reduction (Note [Split
-// parameter grads] in device/mb_norm.cuh): enough 32-column blocks for about
-// four per SM, each chunk at least 32 rows long.
-std::int64_t norm_param_splits(std::int64_t rows, std::int64_t cols, int sm_count);
+// Columns one block of an outer (column) reduction owns: the device code's
+// mb::kOuterTileColumns (Note [Outer reduction tiles]); every emitted outer
+// reduction asserts the two agree.
+constexpr std::int64_t kOuterTileColumns = 128;
+
+// The line an emitted source carries to assert that agreement.
+std::string outer_tile_assert();
+
+// Column tiles of an outer reduction over `outer` slices of `inner` columns.
+std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner);
+
+// Row chunks for an outer reduction of n rows that has `tiles` column tiles
+// (Note [Split outer reductions], Note [Split parameter grads]): enough
+// blocks for about four per SM, each chunk at least min_rows long; 1 when
+// the tiles alone fill the GPU.
+std::int64_t outer_row_splits(std::int64_t tiles, std::int64_t n, int sm_count,
+                              std::int64_t min_rows);
 
 }  // namespace mybackend

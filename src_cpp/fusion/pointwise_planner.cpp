@@ -79,7 +79,7 @@ std::vector<int> memory_order(const TensorType& type) {
 }
 
 bool dense_in_order(const TensorType& type, const std::vector<int>& order) {
-  if (order.size() != type.rank()) return false;
+  if (static_cast<std::int64_t>(order.size()) != type.rank()) return false;
   std::int64_t expected = 1;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Dim& size = type.sizes[static_cast<std::size_t>(*it)];

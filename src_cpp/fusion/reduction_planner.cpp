@@ -21,6 +21,12 @@ bool elementwise_of_space(const Graph& graph, const Node& node, const std::strin
   return space_key(graph.value(node.outputs[0]).tensor) == key;
 }
 
+bool reads_strided(const ReductionSpec& spec) {
+  for (const TensorArg& in : effective_prologue(spec).inputs)
+    if (in.mode == IndexMode::Strided) return true;
+  return false;
+}
+
 std::string kind_text(NormKind kind) { return std::string(norm_kind_name(kind)); }
 
 struct Claimer {
@@ -107,15 +113,29 @@ struct Claimer {
     std::set<NodeId> members = {n};
     const std::vector<NodeId> prologue = prologue_of(r, members);
     const std::vector<NodeId> epilogue = epilogue_of(r, n, members);
-    if (prologue.empty() && epilogue.empty()) {
+    const bool lone = prologue.empty() && epilogue.empty();
+    std::string why;
+    std::shared_ptr<const ReductionGroup> built =
+        build_reduction_group(index, r, prologue, epilogue, &why);
+    // Note [Lone column reductions]: a lone reduction over inner dims is
+    // one ATen launch as fast as ours, but ATen's column reductions (a bias
+    // gradient's sum over tokens) read at under half the copy bandwidth,
+    // so a lone Outer reduction is generated (split: Note [Split outer
+    // reductions] in device/mb_reduction.cuh). Only over inputs read in
+    // memory order: the column walk over a transposed input (a row
+    // reduction in memory) is uncoalesced, where ATen's is not.
+    if (lone && (!built || built->spec.axis != ReduceAxis::Outer)) {
       claimed.refuse(n,
                      "a lone reduction (no elementwise prologue or epilogue) gains nothing over "
                      "ATen's kernel");
       return;
     }
-    std::string why;
-    std::shared_ptr<const ReductionGroup> built =
-        build_reduction_group(index, r, prologue, epilogue, &why);
+    if (lone && reads_strided(built->spec)) {
+      claimed.refuse(n,
+                     "a lone column reduction over a strided input: ATen's kernel reads it in "
+                     "memory order");
+      return;
+    }
     if (!built) {
       claimed.refuse(n, why);
       return;

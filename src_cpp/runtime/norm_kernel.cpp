@@ -115,7 +115,8 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
   // Parameter grads reduce in row chunks through a workspace of partial
   // (dw, db) pairs (Note [Split parameter grads]).
-  const std::int64_t splits = norm_param_splits(rows, cols, l.sm_count);
+  const std::int64_t col_tiles = outer_column_tiles(1, cols);
+  const std::int64_t splits = outer_row_splits(col_tiles, rows, l.sm_count, 32);
   if (entries.size() > 1) {
     const auto stats = static_cast<c10::ScalarType>(stats_dtype(g.spec.dtype));
     tensors["partials"] = at::empty({splits, cols, 2}, options.dtype(stats));
@@ -126,12 +127,11 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     KernelArgs args = norm_kernel_args(entry, tensors,
                                        {{"rows", rows}, {"cols", cols}, {"splits", splits}}, g.eps);
     // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
-    // (parameter grads): 32 columns of one row chunk, then of all chunks.
+    // (parameter grads): a column tile of one row chunk, then of all chunks.
     const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;
-    const std::int64_t col_blocks = (cols + 31) / 32;
     const std::int64_t blocks = e == 0   ? (rows + per_block - 1) / per_block
-                                : e == 1 ? col_blocks * splits
-                                         : col_blocks;
+                                : e == 1 ? col_tiles * splits
+                                         : col_tiles;
     if (blocks == 0) continue;
     const std::int64_t grid =
         e == 0 ? capped_grid(blocks, l.sm_count,

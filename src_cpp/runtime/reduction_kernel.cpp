@@ -6,11 +6,13 @@
 
 #ifdef MYBACKEND_WITH_CUDA
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 
+#include "codegen/launch_tuning.h"
 #include "common/error.h"
 
 namespace mybackend {
@@ -25,6 +27,10 @@ std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::
 // A long reduction into so few results that one block per result would
 // leave most of the GPU idle: ATen's split reductions are faster there.
 constexpr std::int64_t kSplitReductionWork = std::int64_t{1} << 22;
+// Note [Split outer reductions]: the fewest rows a chunk takes, and the
+// workspace bytes per partial (the device code asserts its accumulators fit).
+constexpr std::int64_t kMinSplitRows = 64;
+constexpr std::int64_t kPartialBytes = 32;
 
 class ReductionKernel final : public GroupKernel<ReductionGroup> {
  public:
@@ -114,8 +120,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     for (const auto& t : c.epilogue_inputs) {
       if (t.defined() && t.device() != device) return fail("inputs on different devices");
     }
-    const bool few_results =
-        s.axis == ReduceAxis::Inner ? results < 64 : c.rows * ((c.inner + 31) / 32) < 64;
+    // Outer reductions into few columns run split (Note [Split outer reductions]).
+    const bool few_results = s.axis == ReduceAxis::Inner && results < 64;
     if (few_results && c.n * results >= kSplitReductionWork)
       return fail("only " + std::to_string(results) + " results of " + std::to_string(c.n) +
                   " elements each: ATen's split reduction is faster (ran ATen for this call)");
@@ -138,8 +144,46 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     return true;
   }
 
+  // Note [Split outer reductions]: the chunk length for an Outer reduction
+  // of this call, or 0 when its column tiles alone fill the GPU (or the
+  // kernel has no split entries).
+  std::int64_t split_chunk(std::size_t v, const Call& c, int sm_count) const {
+    if (group_->spec.axis != ReduceAxis::Outer || variants_[v].kernel.entries.size() < 3) return 0;
+    const std::int64_t tiles = outer_column_tiles(c.rows, c.inner);
+    const std::int64_t splits = outer_row_splits(tiles, c.n, sm_count, kMinSplitRows);
+    return splits < 2 ? 0 : (c.n + splits - 1) / splits;
+  }
+
   void launch_variant(std::size_t v, const Call& c, int device_index) const {
+    const DeviceModules::Loaded& l = modules_.on(device_index);
+    const std::int64_t resident = static_cast<std::int64_t>(l.sm_count) * 16;
+    if (const std::int64_t chunk = split_chunk(v, c, l.sm_count); chunk > 0) {
+      const std::int64_t splits = (c.n + chunk - 1) / chunk;
+      const at::Tensor partials = at::empty({splits * c.rows * c.inner * kPartialBytes},
+                                            c.inputs[0].options().dtype(at::kByte));
+      const std::int64_t tiles = outer_column_tiles(c.rows, c.inner);
+      launch_entry(v, 1, c, device_index, std::min(tiles * splits, resident), &partials, chunk);
+      // reduce_outer_totals: a block per 32 results.
+      launch_entry(v, 2, c, device_index, std::min((c.rows * c.inner + 31) / 32, resident),
+                   &partials, chunk);
+      return;
+    }
     const KernelEntry& entry = variants_[v].kernel.entries[0];
+    std::int64_t blocks = 1;
+    if (group_->spec.axis == ReduceAxis::Outer) {
+      blocks = outer_column_tiles(c.rows, c.inner);
+    } else if (group_->spec.strategy == ReduceStrategy::WarpPerRow) {
+      const std::int64_t warps = std::max(1, entry.block_x / 32);
+      blocks = (c.rows + warps - 1) / warps;
+    } else {
+      blocks = c.rows;
+    }
+    launch_entry(v, 0, c, device_index, std::min(blocks, resident), nullptr, 0);
+  }
+
+  void launch_entry(std::size_t v, std::size_t e, const Call& c, int device_index,
+                    std::int64_t grid, const at::Tensor* partials, std::int64_t chunk) const {
+    const KernelEntry& entry = variants_[v].kernel.entries[e];
     // "in3", "ein2", "out1" with an optional "stride_" prefix -> (side, index).
     auto parse = [](const std::string& name, std::string* side) {
       const std::string base = name.rfind("stride_", 0) == 0 ? name.substr(7) : name;
@@ -159,6 +203,10 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       std::string side;
       switch (p.kind) {
         case KernelParam::Kind::Pointer: {
+          if (p.name == "partials") {
+            args.set_pointer(i, partials->data_ptr());
+            break;
+          }
           const std::size_t k = parse(p.name, &side);
           const at::Tensor& t = side == "in"    ? c.inputs[k]
                                 : side == "ein" ? c.epilogue_inputs[k]
@@ -173,6 +221,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
             args.set_int(i, c.n);
           else if (p.name == "inner")
             args.set_int(i, c.inner);
+          else if (p.name == "chunk")
+            args.set_int(i, chunk);
           else
             MB_ASSERT(false, "unexpected kernel parameter ", p.name);
           break;
@@ -194,17 +244,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       }
     }
     const DeviceModules::Loaded& l = modules_.on(device_index);
-    const std::int64_t resident = static_cast<std::int64_t>(l.sm_count) * 16;
-    std::int64_t blocks = 1;
-    if (group_->spec.axis == ReduceAxis::Outer) {
-      blocks = c.rows * ((c.inner + 31) / 32);
-    } else if (group_->spec.strategy == ReduceStrategy::WarpPerRow) {
-      const std::int64_t warps = std::max(1, entry.block_x / 32);
-      blocks = (c.rows + warps - 1) / warps;
-    } else {
-      blocks = c.rows;
-    }
-    launch_on_stream(l, l.functions[v][0], std::min(blocks, resident), entry, args, device_index);
+    launch_on_stream(l, l.functions[v][e], grid, entry, args, device_index);
   }
 };
 

@@ -166,6 +166,22 @@ TEST(CodegenReduction, PrologueAndEpilogueFuse) {
   EXPECT_EQ(params, expected);
   EXPECT_EQ(cases[3].kernel.entries[0].block_x, 32);
   EXPECT_EQ(cases[3].kernel.entries[0].block_y, 8);
+  // Note [Split outer reductions]: Outer kernels carry the split pair,
+  // with the same parameters plus the workspace and the chunk length (they
+  // compiled above, with the rest of the module); Inner kernels do not.
+  ASSERT_EQ(cases[3].kernel.entries.size(), 3u);
+  EXPECT_EQ(cases[0].kernel.entries.size(), 1u);
+  for (std::size_t e : {1u, 2u}) {
+    const KernelEntry& entry = cases[3].kernel.entries[e];
+    EXPECT_EQ(entry.name, cases[3].kernel.entries[0].name + (e == 1 ? "_partials" : "_totals"));
+    std::vector<std::string> split_params;
+    for (const auto& p : entry.params) split_params.push_back(p.name);
+    std::vector<std::string> want = expected;
+    want.push_back("partials");
+    want.push_back("chunk");
+    EXPECT_EQ(split_params, want);
+  }
+  for (std::size_t c : {2u, 3u}) EXPECT_TRUE(outcomes[c].ok()) << outcomes[c].error;
 }
 
 TEST(CodegenReduction, TextShowsNestedSpecs) {
@@ -308,9 +324,9 @@ TEST(CodegenNorm, CrossEntropyKindsCompileVectorized) {
         spec.out_dtype = DType::Float32;
         spec.index64 = index64;
         ASSERT_EQ(validate(spec), "") << spec.to_string();
-        cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype) +
-                             (index64 ? "/i64" : "/i32"),
-                         emit_norm(spec)});
+        cases.push_back(
+            {std::string(norm_kind_name(kind)) + "/" + name(dtype) + (index64 ? "/i64" : "/i32"),
+             emit_norm(spec)});
       }
     }
   }
@@ -319,9 +335,9 @@ TEST(CodegenNorm, CrossEntropyKindsCompileVectorized) {
     for (const auto& p : k.entries[0].params) names.push_back(p.name);
     return names;
   };
-  EXPECT_EQ(params(cases[0].kernel), (std::vector<std::string>{"x", "target", "loss", "lse", "rows",
-                                                               "cols", "row_stride",
-                                                               "ignore_index"}));
+  EXPECT_EQ(params(cases[0].kernel),
+            (std::vector<std::string>{"x", "target", "loss", "lse", "rows", "cols", "row_stride",
+                                      "ignore_index"}));
   EXPECT_EQ(params(cases.back().kernel),
             (std::vector<std::string>{"grad_loss", "x", "target", "lse", "grad_in", "rows", "cols",
                                       "row_stride", "ignore_index"}));

@@ -122,6 +122,27 @@ def test_reductions_over_leading_and_middle_dims(
     _check(fn, _randn(*shape, dtype=dtype), kind="reduction", tol=TOL_SUM[dtype])
 
 
+COLUMN_REDUCTIONS: dict[str, Callable[..., Any]] = {
+    # Lone: Note [Lone column reductions]; the second is autocast's bias gradient.
+    "sum": lambda x: x.sum(-2),
+    "sum_f32": lambda x: x.sum(-2, keepdim=True, dtype=torch.float32),
+    "amax": lambda x: x.amax(-2),
+    "mean": lambda x: (x * x).mean(-2) + 1,
+    "var": lambda x: torch.var(x * 2, dim=-2),
+    "argmax": lambda x: (x * 3).argmax(-2),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS))
+@pytest.mark.parametrize("shape", [(12608, 768), (4, 5000, 48), (100003, 5)], ids=str)
+def test_split_outer_reductions(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Note [Split outer reductions]: long columns of few outputs are cut in
+    row chunks whose partials combine in order: same results as eager's."""
+    tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == F32 else TOL_SUM[dtype]
+    _check(COLUMN_REDUCTIONS[name], _randn(*shape, dtype=dtype), kind="reduction", tol=tol)
+
+
 def test_full_reduction_with_epilogue() -> None:
     _check(lambda x: (x * 2).sum().sqrt(), _randn(37, 41).abs(), kind="reduction", tol=TOL_SUM[F32])
 

@@ -164,6 +164,34 @@ def test_lone_reduction_stays_aten_with_a_reason() -> None:
     assert "lone reduction" in report["kernels"][0]["why"]
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda g: g.sum(0, keepdim=True),
+        # A bf16 Linear's bias gradient under autocast.
+        lambda g: g.sum(0, keepdim=True, dtype=torch.float32).view(-1),
+        lambda g: g.amax(0),
+    ],
+    ids=["sum", "autocast-bias-grad", "amax"],
+)
+def test_lone_column_reduction_is_generated(fn: Callable[..., Any]) -> None:
+    """Note [Lone column reductions]: ATen's column reductions are slow, so a
+    lone reduction over a leading dim becomes a (split) outer reduction."""
+    report = _traced(fn, ((1024, 48), BF16))
+    reductions = [k for k in report["kernels"] if k["kind"] == "reduction"]
+    assert len(reductions) == 1, report["kernels"]
+    assert "(outer)" in reductions[0]["why"], reductions[0]["why"]
+    assert "0 prologue and 0 epilogue" in reductions[0]["why"], reductions[0]["why"]
+
+
+def test_lone_column_reduction_over_a_transposed_input_stays_aten() -> None:
+    """A column sum of a transposed tensor is a row sum in memory: ATen's
+    kernel reads it in memory order, the column walk would not."""
+    report = _traced(lambda g: g.t().sum(0), ((48, 1024), BF16))
+    assert _kinds(report) == ["aten_sequence"], report["kernels"]
+    assert "strided input" in report["kernels"][0]["why"]
+
+
 def test_shared_producer_is_not_prologue() -> None:
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         e = x.exp()

@@ -462,14 +462,13 @@ __device__ __forceinline__ void norm_backward_input(
 template <class T, class I, bool RMS>
 struct NormParamGradLoad {
   typedef Pair<typename Compute<T>::type> Value;
+  static constexpr bool kTakesRow = true;  // mean and rstd are per row
   const T* __restrict__ gy;
   const T* __restrict__ x;
   const typename Compute<T>::type* __restrict__ mean;
   const typename Compute<T>::type* __restrict__ rstd;
-  I cols;
-  __device__ Value operator()(I linear) const {
+  __device__ Value operator()(I linear, I row) const {
     typedef typename Compute<T>::type A;
-    const I row = linear / cols;
     const A g = static_cast<A>(to_compute(gy[linear]));
     const A xhat = (static_cast<A>(to_compute(x[linear])) - (RMS ? A(0) : mean[row])) * rstd[row];
     return Value{g * xhat, g};
@@ -489,7 +488,7 @@ struct NormParamGradStore {
 
 // Note [Split parameter grads]
 // dw = sum over rows of gy * xhat and db = sum over rows of gy reduce
-// [rows, cols] over rows. One block per 32 columns leaves most SMs idle when
+// [rows, cols] over rows. One block per column tile leaves most SMs idle when
 // there are few columns and many rows (ViT-B/16 training: 24 blocks for 12608
 // rows took 0.75 ms against eager's 0.06 ms), so the rows are cut into
 // `splits` chunks. Stage one writes one partial pair per chunk and column,
@@ -498,11 +497,12 @@ struct NormParamGradStore {
 // Rows past the last chunk's end read as zeros.
 template <class T, class I, bool RMS>
 struct ChunkedParamGradLoad {
+  typedef typename NormParamGradLoad<T, I, RMS>::Value Value;
+  static constexpr bool kTakesRow = true;
   NormParamGradLoad<T, I, RMS> inner;
-  I total;
-  __device__ typename NormParamGradLoad<T, I, RMS>::Value operator()(I linear) const {
-    typedef typename NormParamGradLoad<T, I, RMS>::Value Value;
-    return linear < total ? inner(linear) : Value{0, 0};
+  I rows;
+  __device__ Value operator()(I linear, I row) const {
+    return row < rows ? inner(linear, row) : Value{0, 0};
   }
 };
 
@@ -529,7 +529,7 @@ __device__ __forceinline__ void norm_backward_param_partials(
     const typename Compute<T>::type* __restrict__ rstd,
     Pair<typename Compute<T>::type>* __restrict__ partials, I rows, I cols, I splits) {
   typedef typename Compute<T>::type A;
-  const ChunkedParamGradLoad<T, I, RMS> load{{gy, x, mean, rstd, cols}, rows * cols};
+  const ChunkedParamGradLoad<T, I, RMS> load{{gy, x, mean, rstd}, rows};
   const PairStore<A> store{partials};
   reduce_outer<PairSumReducer<A> >(load, store, splits, (rows + splits - 1) / splits, cols);
 }
@@ -537,9 +537,8 @@ __device__ __forceinline__ void norm_backward_param_partials(
 // Stage two (block 32 x 8): dw[c], db[c] = the sums of partials[:, c].
 template <class W, class A, class I, bool HAS_W, bool HAS_B>
 __device__ __forceinline__ void norm_backward_param_totals(const Pair<A>* __restrict__ partials,
-                                                           W* __restrict__ dw,
-                                                           W* __restrict__ db, I rows, I cols,
-                                                           I splits) {
+                                                           W* __restrict__ dw, W* __restrict__ db,
+                                                           I rows, I cols, I splits) {
   (void)rows;
   const PairLoad<A, I> load{partials};
   const NormParamGradStore<W, A, HAS_W, HAS_B> store{dw, db};
