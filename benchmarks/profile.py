@@ -9,13 +9,22 @@ prints, per backend, the GPU time per step, the kernels launched per step,
 and the kernels that take the most time. The question it answers is the one
 a slower row raises: which kernels does one backend run that the other does
 not, or runs slower. Writes ``profile.md`` to ``--out`` as well.
+
+It also gives the host time per step: the median time from calling a step
+on an idle GPU to its return (launching, not waiting). A step whose host
+time exceeds its GPU time is bound by the host, and faster kernels will not
+show in its wall time. ``--host`` adds the CPU side's own table: the ops
+and mybackend's engine ranges (Note [Profiler ranges]) by self CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -28,12 +37,49 @@ from benchmarks.report import markdown_table
 from benchmarks.scenarios import Task, Workload
 
 
-def kernel_table(backend: str, task: Task, steps: int, top: int) -> str:
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def host_ms_per_step(step: Callable[[], None], steps: int) -> float:
+    """The median host time of a step that starts on an idle GPU."""
+    times = []
+    for _ in range(steps):
+        _synchronize()
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    _synchronize()
+    return 1e3 * statistics.median(times)
+
+
+def cpu_table(step: Callable[[], None], steps: int, top: int) -> str:
+    """CPU-side ops and ranges of ``steps`` steps, by self CPU time per step."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        _synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    rows = [
+        [
+            e.key[:70],
+            f"{e.self_cpu_time_total / steps:.0f}",
+            f"{e.cpu_time_total / steps:.0f}",
+            f"{e.count / steps:.0f}",
+        ]
+        for e in events
+    ]
+    head = "CPU side (under the profiler, which slows it), per step:\n\n"
+    return head + markdown_table(("op or range", "self us", "total us", "calls"), rows)
+
+
+def kernel_table(backend: str, task: Task, steps: int, top: int, host: bool = False) -> str:
     runner = task.runner(resolve(backend))
     runner.first()
     for _ in range(5):
         runner.step()
-    torch.cuda.synchronize()
+    host_ms = host_ms_per_step(runner.step, steps)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             runner.step()
@@ -51,9 +97,13 @@ def kernel_table(backend: str, task: Task, steps: int, top: int) -> str:
         for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:top]
     ]
     head = (
-        f"### {backend}: {total_us / 1e3:.3f} ms of GPU time per step, {launches:.0f} kernels\n\n"
+        f"### {backend}: {total_us / 1e3:.3f} ms of GPU time per step, {launches:.0f} kernels, "
+        f"{host_ms:.3f} ms of host time per step\n\n"
     )
-    return head + markdown_table(("kernel", "us/step", "calls/step", "share"), rows)
+    table = head + markdown_table(("kernel", "us/step", "calls/step", "share"), rows)
+    if host:
+        table += "\n\n" + cpu_table(runner.step, min(steps, 3), top)
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--host", action="store_true", help="add the CPU-side table per backend")
     p.add_argument("--out", type=Path, default=Path("bench_out/profile"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -75,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in args.backends.split(","):
             reset_dynamo()
             try:
-                table = kernel_table(backend, task, args.steps, args.top)
+                table = kernel_table(backend, task, args.steps, args.top, args.host)
             except Exception as exc:  # one failing backend must not end the run
                 table = f"### {backend}: failed ({type(exc).__name__}: {exc})"[:300]
             sections.append(f"## {model} {args.scenario} batch {args.batch}\n\n{table}\n")

@@ -71,16 +71,21 @@ def compile_with_aot(
 def _partition(
     joint: torch.fx.GraphModule, joint_inputs: Any, *, options: Options, **kwargs: Any
 ) -> Any:
-    """The min-cut partitioner, after the joint graph's channels-last plan
-    (planned before the split, forward and backward agree on the strides of
-    every saved tensor: Note [Channels-last planning]). Timed: aot_autograd
-    has no timer of its own for it, and it is a large part of compiling a
-    training graph."""
+    """The min-cut partitioner, after the joint graph's channels-last plan and
+    matrix-product padding (planned before the split, forward and backward
+    agree on the strides of every saved tensor: Note [Channels-last
+    planning], Note [Aligned matrix products]). Timed: aot_autograd has no
+    timer of its own for it, and it is a large part of compiling a training
+    graph."""
     with timed(PARTITION):
         if options.channels_last:
             joint, conversions = plan_channels_last(joint, placeholder_values(joint))
             if conversions:
                 log.debug("joint graph: %d channels-last conversions planned", conversions)
+        if options.pad_matmuls:
+            joint, padded = pad_matmuls(joint, placeholder_values(joint), "joint")
+            if padded:
+                log.debug("joint graph: %d matrix products padded", padded)
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 

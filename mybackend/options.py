@@ -62,9 +62,10 @@ class Options:
     )
     channels_last: bool = _field(
         True,
-        "Run the 4-D convolutions of inference graphs in channels-last layout, decided once "
-        "per graph: inputs and weights converted before their first convolution, outputs "
-        "returned in eager's strides (Note [Channels-last planning]).",
+        "Run 4-D convolutions in channels-last layout, decided once per graph (for training, "
+        "once on the joint forward-backward graph): inputs and weights converted before "
+        "their first convolution, outputs returned in eager's strides (Note [Channels-last "
+        "planning]).",
         True,
     )
     pad_matmuls: bool = _field(
@@ -72,7 +73,8 @@ class Options:
         "Pad 16-bit CUDA matrix products whose leading dimensions are not multiples of 16 "
         "bytes (GPT-2's 50257-word output layer) so cuBLASLt runs its tensor-core kernels; "
         "inference graphs may then return outputs with padded row strides, as Inductor's "
-        "do (Note [Aligned matrix products]).",
+        "do; training pads the joint forward-backward graph, so saved tensors keep them "
+        "(Note [Aligned matrix products]).",
         True,
     )
     fused_cross_entropy: bool = _field(
@@ -93,7 +95,8 @@ class Options:
     min_fused_nodes: int = _field(
         2,
         "Smallest elementwise group that becomes a generated kernel; smaller groups run "
-        "as ATen calls (a lone op gains nothing from fusion; 1 tests kernels op by op).",
+        "as ATen calls (a lone op gains nothing from fusion; 1 tests kernels op by op). "
+        "Lone dtype casts and lone column reductions are generated at any setting.",
         True,
     )
     kernel_cache_dir: str | None = _field(

@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -249,7 +250,8 @@ GemmResult gemm(const GemmArgs& args) {
   const int device = mat1.get_device();
   std::vector<std::int64_t> out_shape{m, n};
   if (batched) out_shape.insert(out_shape.begin(), batch);
-  result.out = at::empty(out_shape, mat1.options());
+  // at::empty without the dispatcher: one of every step's hundreds of outputs.
+  result.out = at::detail::empty_cuda(out_shape, mat1.options());
   const bool use_c = args.c.defined() && args.beta != 0.0;
   const void* c_data = result.out.data_ptr();
   if (use_c) {
@@ -275,8 +277,8 @@ GemmResult gemm(const GemmArgs& args) {
   const void* bias_data = nullptr;
   if (epilogue_has_bias(args.epilogue)) bias_data = args.bias.data_ptr();
   if (bias_grad) {
-    result.bias_grad =
-        at::empty({args.epilogue == MatmulEpilogue::BiasGradMat1 ? m : n}, mat1.options());
+    result.bias_grad = at::detail::empty_cuda(
+        {args.epilogue == MatmulEpilogue::BiasGradMat1 ? m : n}, mat1.options());
     bias_data = result.bias_grad.data_ptr();
   }
   sig.bias_alignment = bias_data != nullptr ? pointer_alignment(bias_data) : 0;

@@ -26,9 +26,9 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
   std::map<std::string, at::Tensor> tensors;
   std::string why;
   for (const auto& [name, value] : g.inputs) {
-    auto t = cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name),
-                         name, &why);
-    if (!t) return fail(why);
+    auto t =
+        cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name), &why);
+    if (!t) return fail(name + why);
     tensors[name] = name == "x" ? *t : t->contiguous();
   }
   at::Tensor& x = tensors.at("x");

@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -86,6 +88,24 @@ void add_node_to_point(const Graph& graph, const Node& node, PlanPoint& point) {
     for (ValueId in : inputs)
       if (graph.value(in).kind == ValueKind::Tensor) point.aliases.emplace_back(out, in);
   }
+}
+
+// Note [Profiler ranges]: each call and each engine step is a range of
+// torch.profiler's CPU timeline, named after the engine, so a profile
+// splits the runtime's host time by kind (ATen calls, cuLaunchKernel and
+// library calls show up inside them as their own ranges). Without an
+// active profiler a range costs one thread-local check.
+const char* profiler_range(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::Pointwise: return "mybackend::pointwise";
+    case KernelKind::Reduction: return "mybackend::reduction";
+    case KernelKind::Norm: return "mybackend::norm";
+    case KernelKind::Matmul: return "mybackend::matmul";
+    case KernelKind::Attention: return "mybackend::attention";
+    case KernelKind::Conv: return "mybackend::conv";
+    case KernelKind::AtenSequence: break;
+  }
+  return "mybackend::aten_sequence";
 }
 
 }  // namespace
@@ -267,6 +287,7 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
   const auto& input_ids = graph_->inputs();
   MB_CHECK(inputs.size() == input_ids.size(), "the compiled graph takes ", input_ids.size(),
            " inputs, but ", inputs.size(), " were given");
+  RECORD_FUNCTION("mybackend::run_graph", c10::ArrayRef<const c10::IValue>{});
   const SymbolBindings bindings = binder_.bind(inputs);
   ValueSlots slots(graph_->values().size());
   for (std::size_t i = 0; i < inputs.size(); ++i) slots[input_ids[i]] = std::move(inputs[i]);
@@ -292,6 +313,7 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
     case StepKind::KernelGroup:
       if (step.engine >= 0) {
         const GroupRunner& runner = *engine_groups_[static_cast<std::size_t>(step.engine)].runner;
+        RECORD_FUNCTION(profiler_range(runner.kind()), c10::ArrayRef<const c10::IValue>{});
         const bool ran = runner.run(slots, bindings, planned);
         count_engine_run(runner, ran);
         if (!ran) {
@@ -313,16 +335,20 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
       finish_point(step.first_point, slots, planned);
       counters_.aten.fetch_add(1, std::memory_order_relaxed);
       return;
-    case StepKind::BuiltinNode:
+    case StepKind::BuiltinNode: {
+      RECORD_FUNCTION("mybackend::builtin", c10::ArrayRef<const c10::IValue>{});
       run_builtin(graph_->node(step.node), slots);
       finish_point(step.first_point, slots, planned);
       counters_.builtin.fetch_add(1, std::memory_order_relaxed);
       return;
-    case StepKind::PythonNode:
+    }
+    case StepKind::PythonNode: {
+      RECORD_FUNCTION("mybackend::python", c10::ArrayRef<const c10::IValue>{});
       run_python(graph_->node(step.node), slots);
       finish_point(step.first_point, slots, planned);
       counters_.python.fetch_add(1, std::memory_order_relaxed);
       return;
+    }
   }
 }
 

@@ -145,19 +145,18 @@ std::optional<std::vector<std::int64_t>> evaluate_dims(const std::vector<Dim>& d
   return out;
 }
 
-std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, const std::string& what,
-                                      std::string* why) {
+std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, std::string* why) {
   if (!slot.isTensor()) {
-    *why = what + " is not a tensor";
+    *why = " is not a tensor";
     return std::nullopt;
   }
   const at::Tensor& t = slot.toTensor();
   if (!t.defined() || !t.is_cuda()) {
-    *why = what + " is not a CUDA tensor";
+    *why = " is not a CUDA tensor";
     return std::nullopt;
   }
   if (static_cast<DType>(t.scalar_type()) != dtype) {
-    *why = what + " has another dtype than compiled for";
+    *why = " has another dtype than compiled for";
     return std::nullopt;
   }
   return t;

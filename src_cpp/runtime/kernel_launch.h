@@ -140,9 +140,9 @@ std::int64_t max_offset(const std::vector<std::int64_t>& shape,
 std::optional<std::vector<std::int64_t>> evaluate_dims(const std::vector<Dim>& dims,
                                                        const SymbolBindings& bindings);
 // The tensor in `slot` when it is a defined CUDA tensor of `dtype`, else
-// std::nullopt (and *why says which).
-std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, const std::string& what,
-                                      std::string* why);
+// std::nullopt and *why says what is wrong with it (" is not a tensor"): the
+// caller names the tensor only when it fails, not on every launch.
+std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, std::string* why);
 bool aligned16(const at::Tensor& t);
 
 // How each kind prepares its kernels: the variants to compile (fast first

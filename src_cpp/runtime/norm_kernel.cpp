@@ -69,9 +69,9 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   std::string why;
   std::optional<c10::Device> device;
   for (const auto& [name, value] : g.inputs) {
-    auto t = cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name),
-                         name, &why);
-    if (!t) return fail(why);
+    auto t =
+        cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name), &why);
+    if (!t) return fail(name + why);
     if (device && t->device() != *device) return fail("inputs on different devices");
     device = t->device();
     tensors[name] = t->contiguous();

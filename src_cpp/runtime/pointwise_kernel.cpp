@@ -36,9 +36,40 @@ bool dense_strides(const std::vector<std::int64_t>& shape,
   return true;
 }
 
+// Which of a call's tensors (inputs, then outputs) each parameter of an
+// entry names: "in3" / "stride_in3" -> 3, "out1" -> inputs + 1; -1 for the
+// scalar parameters. Parsed once per variant, not per launch.
+std::vector<int> parameter_tensors(const KernelEntry& entry, std::size_t n_inputs) {
+  std::vector<int> out;
+  out.reserve(entry.params.size());
+  for (const KernelParam& p : entry.params) {
+    if (p.kind != KernelParam::Kind::Pointer && p.kind != KernelParam::Kind::Dims) {
+      out.push_back(-1);
+      continue;
+    }
+    if (p.name == "shape") {
+      out.push_back(-1);
+      continue;
+    }
+    const std::string base = p.name.rfind("stride_", 0) == 0 ? p.name.substr(7) : p.name;
+    if (base.rfind("out", 0) == 0) {
+      out.push_back(static_cast<int>(n_inputs + std::stoul(base.substr(3))));
+      continue;
+    }
+    MB_ASSERT(base.rfind("in", 0) == 0, "unexpected kernel parameter ", p.name);
+    out.push_back(static_cast<int>(std::stoul(base.substr(2))));
+  }
+  return out;
+}
+
 class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
  public:
-  using GroupKernel::GroupKernel;
+  PointwiseKernel(KernelKind kind, const Graph& graph, std::shared_ptr<const PointwiseGroup> group,
+                  std::vector<Variant> variants, std::string target)
+      : GroupKernel(kind, graph, std::move(group), std::move(variants), std::move(target)) {
+    for (const Variant& v : variants_)
+      parameter_tensors_.push_back(parameter_tensors(v.kernel.entries[0], group_->inputs.size()));
+  }
 
  private:
   bool has_fast() const { return variants_.size() > 1; }
@@ -68,9 +99,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     std::string why;
     for (std::size_t k = 0; k < g.inputs.size(); ++k) {
       std::optional<at::Tensor> t =
-          cuda_tensor(slots[static_cast<std::size_t>(g.inputs[k])], g.spec.inputs[k].dtype,
-                      "input " + std::to_string(k), &why);
-      if (!t) return fail(why);
+          cuda_tensor(slots[static_cast<std::size_t>(g.inputs[k])], g.spec.inputs[k].dtype, &why);
+      if (!t) return fail("input " + std::to_string(k) + why);
       if (k > 0 && t->device() != tensors[0].device()) return fail("inputs on different devices");
       tensors.push_back(*t);
     }
@@ -117,27 +147,21 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
                       const std::vector<std::int64_t>& shape, std::int64_t numel,
                       int device_index) const {
     const KernelEntry& entry = variants_[v].kernel.entries[0];
-    const std::size_t n_inputs = group_->inputs.size();
-    // Which tensor a parameter names: "in3" / "stride_in3" -> 3, "out1" -> n_inputs + 1.
-    auto tensor_of = [&](const std::string& name) {
-      const std::string base = name.rfind("stride_", 0) == 0 ? name.substr(7) : name;
-      if (base.rfind("out", 0) == 0) return n_inputs + std::stoul(base.substr(3));
-      MB_ASSERT(base.rfind("in", 0) == 0, "unexpected kernel parameter ", name);
-      return static_cast<std::size_t>(std::stoul(base.substr(2)));
-    };
+    const std::vector<int>& tensor_of = parameter_tensors_[v];
     KernelArgs args(entry);
     for (std::size_t i = 0; i < entry.params.size(); ++i) {
       const KernelParam& p = entry.params[i];
+      const int t = tensor_of[i];
       switch (p.kind) {
         case KernelParam::Kind::Pointer:
-          args.set_pointer(i, tensors[tensor_of(p.name)].data_ptr());
+          args.set_pointer(i, tensors[static_cast<std::size_t>(t)].data_ptr());
           break;
         case KernelParam::Kind::Int64:
           MB_ASSERT(p.name == "numel", "unexpected kernel parameter ", p.name);
           args.set_int(i, numel);
           break;
         case KernelParam::Kind::Dims:
-          args.set_dims(i, p.name == "shape" ? shape : strides[tensor_of(p.name)]);
+          args.set_dims(i, t < 0 ? shape : strides[static_cast<std::size_t>(t)]);
           break;
         case KernelParam::Kind::Float64:
           MB_ASSERT(false, "pointwise groups take no scalar arguments, got ", p.name);
@@ -150,6 +174,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
                                             launch_tuning().pw_blocks_per_sm);
     launch_on_stream(l, l.functions[v][0], blocks, entry, args, device_index);
   }
+
+  std::vector<std::vector<int>> parameter_tensors_;  // per variant
 };
 
 }  // namespace

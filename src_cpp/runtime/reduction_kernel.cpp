@@ -96,8 +96,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       return fail("reducing zero elements: ATen raises eager's error");
     for (std::size_t k = 0; k < g.inputs.size(); ++k) {
       auto t = cuda_tensor(slots[static_cast<std::size_t>(g.inputs[k])],
-                           s.prologue->inputs[k].dtype, "input " + std::to_string(k), &why);
-      if (!t) return fail(why);
+                           s.prologue->inputs[k].dtype, &why);
+      if (!t) return fail("input " + std::to_string(k) + why);
       c.inputs.push_back(*t);
       c.in_strides.emplace_back();
       if (!iteration_strides(*t, c.in_shape, c.in_strides.back()))
@@ -106,10 +106,9 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     c.epilogue_inputs.emplace_back();
     c.ein_strides.emplace_back();
     for (std::size_t k = 1; k < g.epilogue_inputs.size(); ++k) {
-      auto t =
-          cuda_tensor(slots[static_cast<std::size_t>(g.epilogue_inputs[k])],
-                      s.epilogue->inputs[k].dtype, "epilogue input " + std::to_string(k), &why);
-      if (!t) return fail(why);
+      auto t = cuda_tensor(slots[static_cast<std::size_t>(g.epilogue_inputs[k])],
+                           s.epilogue->inputs[k].dtype, &why);
+      if (!t) return fail("epilogue input " + std::to_string(k) + why);
       c.epilogue_inputs.push_back(*t);
       c.ein_strides.emplace_back();
       if (!iteration_strides(*t, c.out_shape, c.ein_strides.back()))

@@ -40,7 +40,8 @@ def test_output_layer_inference_is_padded_and_matches_eager() -> None:
 
 
 def test_output_layer_training_matches_eager() -> None:
-    """Forward pads the weight; backward pads the gradient once for both products."""
+    """Forward pads the weight; backward pads the gradient once for both products
+    and reads the padded weight the forward saved."""
     layer = _output_layer()
     reference = _output_layer()
     x = torch.randn(TOKENS, HIDDEN, device="cuda", requires_grad=True)
@@ -58,7 +59,13 @@ def test_output_layer_training_matches_eager() -> None:
     compiled = torch.compile(layer, backend="mybackend", options={"strict": True})
     got, records = compiled_records(lambda: step(compiled))
     want = step(reference)
-    ops = _ir_ops(records)
-    assert ops.count("aten::constant_pad_nd.default") >= 3, ops  # W forward; g and W backward
+    # Padded on the joint graph: the forward pads W, the backward pads g and
+    # reads W's padded copy saved by the forward.
+    for kind, pads in (("forward", 1), ("backward", 1)):
+        ops = _ir_ops([r for r in records if r.kind == kind])
+        assert ops.count("aten::constant_pad_nd.default") == pads, (kind, ops)
+    (backward,) = [r.gm for r in records if r.kind == "backward"]
+    saved = [n.meta["val"] for n in backward.graph.find_nodes(op="placeholder")]
+    assert any(v.dim() == 2 and v.shape[0] == VOCAB + 7 for v in saved), saved
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)

@@ -97,6 +97,48 @@ def test_rewrite_drops_the_upcast_and_keeps_the_result() -> None:
     torch.testing.assert_close(gm(x, target)[0], loss(x, target))
 
 
+@pytest.mark.parametrize(
+    "upcast_then_view",
+    [
+        lambda x: x.float().view(-1, 13),  # transformers' ForCausalLMLoss
+        lambda x: x.to(torch.float32).flatten(0, -2),  # the benchmarks' loss
+        lambda x: torch.reshape(x.float(), (-1, 13)),
+    ],
+    ids=["view", "flatten", "reshape"],
+)
+def test_rewrite_drops_an_upcast_behind_views(
+    upcast_then_view: Callable[[torch.Tensor], torch.Tensor],
+) -> None:
+    x, target = _case(torch.bfloat16, rows=12)
+    x3 = x.detach().view(3, 4, 13)
+
+    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(upcast_then_view(x), t)
+
+    gm = _dynamo_graph(loss, x3, target)
+    assert rewrite_cross_entropy(gm, devices=("cpu",)) == 1
+    targets = _targets(gm)
+    assert "float" not in targets and "to" not in targets, targets
+    fused = next(n for n in gm.graph.nodes if n.target is fused_cross_entropy)
+    assert fused.args[0].args[0].op == "placeholder"  # the view reads the bf16 logits
+    torch.testing.assert_close(gm(x3, target)[0], loss(x3, target))
+
+
+def test_rewrite_keeps_an_upcast_read_elsewhere() -> None:
+    x, target = _case(torch.bfloat16, rows=12)
+
+    def loss(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        upcast = x.float()
+        return F.cross_entropy(upcast.view(-1, 13), t), upcast.sum()
+
+    gm = _dynamo_graph(loss, x.detach(), target)
+    assert rewrite_cross_entropy(gm, devices=("cpu",)) == 1
+    fused = next(n for n in gm.graph.nodes if n.target is fused_cross_entropy)
+    assert fused.args[0].meta["example_value"].dtype == torch.float32
+    for got, want in zip(gm(x.detach(), target), loss(x.detach(), target), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_rewrite_under_autocast_reads_the_bf16_logits() -> None:
     x, target = _case(torch.float32)
     w = torch.randn(13, 13)

@@ -12,8 +12,10 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from mybackend.aot import _partition
 from mybackend.lowering import matmul_padding
 from mybackend.lowering.matmul_padding import pad_matmuls
+from mybackend.options import Options
 
 aten = torch.ops.aten
 BF16 = torch.bfloat16
@@ -136,3 +138,42 @@ def test_padded_graph_computes_the_same_values(monkeypatch: pytest.MonkeyPatch) 
     real = [torch.randn(s, generator=gen).to(BF16) for s in shapes]
     for got, want in zip(padded(*real), gm(*real), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def _joint_output_layer(
+    primals_1: torch.Tensor, primals_2: torch.Tensor, tangents_1: torch.Tensor
+) -> list[torch.Tensor]:
+    """A joint graph as aot_autograd hands it to the partitioner: an output
+    layer whose backward reads its logits, and both weight products."""
+    weight_t = primals_2.t()
+    logits = torch.mm(primals_1, weight_t)
+    grad = (tangents_1 * 2 * logits.float()).to(BF16)
+    # mm's gradient formula reads the weight as t(t(W)).
+    return [logits.float().square(), torch.mm(grad, weight_t.t()), torch.mm(grad.t(), primals_1)]
+
+
+@pytest.mark.parametrize("pad", [True, False])
+def test_training_pads_on_the_joint_graph(pad: bool) -> None:
+    """Padded before the split, the forward saves its padded product and
+    padded weight for the backward: no copy back to the traced strides, and
+    the backward pads only its own gradient."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        inputs = [
+            torch.empty(8192, 768, dtype=BF16, device="cuda"),
+            torch.empty(50257, 768, dtype=BF16, device="cuda"),
+            torch.empty(8192, 50257, device="cuda"),
+        ]
+    gm = make_fx(_joint_output_layer, tracing_mode="fake")(*inputs)
+    forward, backward = _partition(
+        gm, inputs, options=Options(pad_matmuls=pad, channels_last=False), num_fwd_outputs=1
+    )
+    assert len(_nodes(forward, aten.constant_pad_nd.default)) == int(pad)
+    assert len(_nodes(backward, aten.constant_pad_nd.default)) == int(pad)
+    assert not _nodes(forward, aten.clone.default)
+    saved = [n.meta["val"] for n in backward.graph.find_nodes(op="placeholder")]
+    padded_rows = [v for v in saved if v.shape[-1] == 50264 or v.shape[0] == 50264]
+    assert len(padded_rows) == (2 if pad else 0), [tuple(v.shape) for v in saved]
+    for product in _nodes(forward, aten.mm.default) + _nodes(backward, aten.mm.default):
+        a, b = (arg.meta["val"] for arg in product.args)
+        aligned = all(size % 8 == 0 for size in (*a.shape, *b.shape))
+        assert aligned == pad, (tuple(a.shape), tuple(b.shape))

@@ -1,0 +1,23 @@
+"""benchmarks.profile's host-side measurements, on the CPU."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from benchmarks.profile import cpu_table, host_ms_per_step
+
+
+def test_host_time_is_the_median_launch_time() -> None:
+    delays = iter([0.001, 0.030, 0.004, 0.004, 0.004])
+    ms = host_ms_per_step(lambda: time.sleep(next(delays)), 5)
+    assert 4.0 <= ms < 20.0  # the median, not the 30 ms outlier nor the mean
+
+
+def test_cpu_table_lists_the_ops_a_step_runs() -> None:
+    a = torch.randn(64, 64)
+    table = cpu_table(lambda: (a @ a).relu(), 2, 10)
+    lines = [line for line in table.splitlines() if line.startswith("| aten::mm")]
+    assert len(lines) == 1
+    assert lines[0].split("|")[4].strip() == "1"  # calls per step
