@@ -84,6 +84,17 @@ bool is_shape_view(const Node& node) {
           node.op == "aten::reshape.default");
 }
 
+bool is_dtype_cast(const Graph& graph, const Node& node) {
+  if (node.op != "aten::_to_copy.default" && node.op != "prims::convert_element_type.default")
+    return false;
+  if (node.args.empty() || node.args[0].kind != Argument::Kind::Value || node.outputs.size() != 1)
+    return false;
+  const Value& in = graph.value(node.args[0].value);
+  const Value& out = graph.value(node.outputs[0]);
+  return in.kind == ValueKind::Tensor && out.kind == ValueKind::Tensor &&
+         in.tensor.dtype != out.tensor.dtype;
+}
+
 bool same_dim(const Dim& a, const Dim& b) { return a.str() == b.str(); }
 
 bool same_shape(const TensorType& a, const TensorType& b) {

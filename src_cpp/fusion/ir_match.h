@@ -25,6 +25,8 @@ std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank);
 bool swaps_last_two_dims(const Graph& graph, const Node& node);
 // view, _unsafe_view or reshape.
 bool is_shape_view(const Node& node);
+// _to_copy or convert_element_type of one tensor to another dtype.
+bool is_dtype_cast(const Graph& graph, const Node& node);
 bool same_dim(const Dim& a, const Dim& b);
 bool same_shape(const TensorType& a, const TensorType& b);
 

@@ -9,6 +9,7 @@ namespace mybackend {
 namespace {
 
 using ir_match::int_list_arg;
+using ir_match::is_dtype_cast;
 using ir_match::is_shape_view;
 using ir_match::normalize_dim;
 using ir_match::same_dim;
@@ -96,6 +97,17 @@ MatmulOperand MatmulPlanner::resolve_operand(ValueId value, NodeId reader, Conte
   return operand;
 }
 
+// The one reader of `value` when it may join the group: the value is no
+// graph output (a graph output counts as a second reader) and the reader is
+// in the partition and unclaimed.
+const Node* MatmulPlanner::sole_reader(ValueId value, const Context& ctx) const {
+  const auto& readers = index_.readers[static_cast<std::size_t>(value)];
+  if (index_.graph_output[static_cast<std::size_t>(value)] || readers.size() != 1 ||
+      !ctx.usable(readers[0]))
+    return nullptr;
+  return &graph_.node(readers[0]);
+}
+
 // Bias, then relu or gelu(tanh), through shape views that keep N
 // (Note [Matmul groups], Note [Views after the product]).
 void MatmulPlanner::match_epilogue(MatmulSpec& spec, Context& ctx) const {
@@ -111,11 +123,9 @@ void MatmulPlanner::match_epilogue(MatmulSpec& spec, Context& ctx) const {
     spec.output = current;
   };
   while (true) {
-    const auto& readers = index_.readers[static_cast<std::size_t>(current)];
-    if (index_.graph_output[static_cast<std::size_t>(current)] || readers.size() != 1 ||
-        !ctx.usable(readers[0]))
-      return;
-    const Node& user = graph_.node(readers[0]);
+    const Node* reader = sole_reader(current, ctx);
+    if (reader == nullptr) return;
+    const Node& user = *reader;
     if (user.outputs.size() != 1 || tensor_arg(graph_, user, 0) < 0) return;
     const TensorType& out = graph_.value(user.outputs[0]).tensor;
     if (is_shape_view(user) && tensor_arg(graph_, user, 0) == current && out.rank() >= 1 &&
@@ -208,6 +218,35 @@ void MatmulPlanner::match_bias_grad(MatmulSpec& spec, Context& ctx) const {
   }
 }
 
+// Note [Products written in f32]: a 16-bit product, no epilogue, whose one
+// reader (through shape views) upcasts it to a contiguous f32 tensor.
+void MatmulPlanner::match_output_cast(MatmulSpec& spec, Context& ctx) const {
+  if (spec.epilogue != MatmulEpilogue::None || spec.c >= 0 ||
+      (spec.dtype != DType::BFloat16 && spec.dtype != DType::Float16))
+    return;
+  const Dim n_dim = graph_.value(spec.output).tensor.sizes.back();
+  ValueId current = spec.output;
+  std::vector<NodeId> views;
+  while (true) {
+    const Node* reader = sole_reader(current, ctx);
+    if (reader == nullptr) return;
+    const Node& user = *reader;
+    if (user.outputs.size() != 1 || tensor_arg(graph_, user, 0) != current) return;
+    const TensorType& out = graph_.value(user.outputs[0]).tensor;
+    if (is_shape_view(user) && out.rank() >= 1 && same_dim(out.sizes.back(), n_dim)) {
+      views.push_back(user.id);
+      current = user.outputs[0];
+      continue;
+    }
+    if (!is_dtype_cast(graph_, user) || out.dtype != DType::Float32 || !out.is_contiguous()) return;
+    ctx.members.insert(views.begin(), views.end());
+    ctx.members.insert(user.id);
+    spec.output = user.outputs[0];
+    spec.out_dtype = DType::Float32;
+    return;
+  }
+}
+
 void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
                           ClaimedGroups& claimed) const {
   Context ctx;
@@ -229,6 +268,7 @@ void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
     spec->batched = is_batched(node.op);
     spec->output = node.outputs[0];
     spec->dtype = graph_.value(spec->output).tensor.dtype;
+    spec->out_dtype = spec->dtype;
     const std::size_t first = has_self(node.op) ? 1 : 0;
     spec->mat1 = resolve_operand(node.args[first].value, n, ctx);
     spec->mat2 = resolve_operand(node.args[first + 1].value, n, ctx);
@@ -248,6 +288,7 @@ void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
     }
     match_epilogue(*spec, ctx);
     match_bias_grad(*spec, ctx);
+    match_output_cast(*spec, ctx);
     if (!index_.convex(ctx.members)) {
       // Cannot happen for the shapes matched above (each joined node's only
       // reader is in the group); kept as a guard: the product alone is convex.
@@ -263,6 +304,9 @@ void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
                 std::string(cublaslt_epilogue_name(spec->epilogue));
     if (spec->mat1.transposed || spec->mat2.transposed)
       group.why += "; transposed operands read in place (no copy)";
+    if (spec->out_dtype != spec->dtype)
+      group.why += "; written in " + std::string(dtype_short_name(spec->out_dtype)) +
+                   " (the upcast joined the product)";
     for (const std::string& note : ctx.notes) group.why += "; " + note;
     group.matmul = std::move(spec);
     claimed.claim(std::move(group));

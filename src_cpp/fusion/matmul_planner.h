@@ -24,6 +24,13 @@
 //   BGRADB (BGRADA), as a Linear's backward has it: weight gradient and bias
 //   gradient from one pass over G.
 // * addmm / baddbmm's self that is not a fused bias is cuBLASLt's C (beta).
+// * Note [Products written in f32]: a 16-bit product with no epilogue
+//   whose one reader (through shape views) is an upcast to f32 joins the
+//   upcast: cuBLASLt writes D in f32 from its f32 accumulator. Mixed
+//   precision training has one per weight gradient (mm in bf16, then
+//   `_to_copy` to the f32 parameter's dtype); fused, the gradient skips a
+//   16-bit round trip through memory and a launch, and is rounded once
+//   instead of twice (closer to the f32 reference than eager is).
 // A group must stay convex (GraphIndex::convex): no path may leave it and
 // re-enter; otherwise the bias-gradient sum stays outside.
 #pragma once
@@ -52,8 +59,10 @@ class MatmulPlanner {
  private:
   struct Context;
   MatmulOperand resolve_operand(ValueId value, NodeId reader, Context& ctx) const;
+  const Node* sole_reader(ValueId value, const Context& ctx) const;
   void match_epilogue(MatmulSpec& spec, Context& ctx) const;
   void match_bias_grad(MatmulSpec& spec, Context& ctx) const;
+  void match_output_cast(MatmulSpec& spec, Context& ctx) const;
 
   const GraphIndex& index_;
   const Graph& graph_;

@@ -67,6 +67,7 @@ std::string MatmulSpec::to_string() const {
   if (bias >= 0) out += " bias=%" + std::to_string(bias);
   if (bias_grad >= 0) out += " bias_grad=%" + std::to_string(bias_grad);
   out += "\noutput=%" + std::to_string(output);
+  if (out_dtype != dtype) out += " out_dtype=" + std::string(dtype_short_name(out_dtype));
   if (autotune) out += " algorithm=timed";
   out += "\n";
   return out;

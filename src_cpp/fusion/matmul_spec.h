@@ -50,6 +50,9 @@ struct MatmulSpec {
   bool batched = false;  // bmm / baddbmm: rank 3, batch first
   MatmulOperand mat1, mat2;
   DType dtype = DType::Float32;  // of mat1, mat2 and the product
+  // The dtype cuBLASLt writes D in: `dtype`, or f32 when an upcast of the
+  // product joined the group (Note [Products written in f32]).
+  DType out_dtype = DType::Float32;
   double alpha = 1.0;
   // addmm / baddbmm's self when it is not a fused bias: D = alpha·AB + beta·C
   // (C broadcast to the product's shape).

@@ -8,6 +8,7 @@
 #include "capability/registry.h"
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "fusion/ir_match.h"
 #include "fusion/pointwise_lowering.h"
 
 namespace mybackend {
@@ -20,24 +21,6 @@ std::string device_problem(const TensorType& t, const Device& device, const std:
   if (!codegen_supports_dtype(t.dtype))
     return what + " has dtype " + std::string(dtype_name(t.dtype)) + ", which codegen lacks";
   return {};
-}
-
-// Note [Lone casts]
-// A lone elementwise op gains nothing from a generated kernel, except a
-// dtype cast: ATen converts bf16/fp16 to fp32 with its dynamic-cast loop,
-// one scalar per thread, where a generated cast moves 16-byte vectors. Mixed
-// precision training has one such cast per parameter gradient (and one per
-// parameter forward), so a group made only of dtype casts is generated
-// whatever min_fused_nodes says.
-bool is_dtype_cast(const Graph& graph, const Node& node) {
-  if (node.op != "aten::_to_copy.default" && node.op != "prims::convert_element_type.default")
-    return false;
-  if (node.args.empty() || node.args[0].kind != Argument::Kind::Value || node.outputs.size() != 1)
-    return false;
-  const Value& in = graph.value(node.args[0].value);
-  const Value& out = graph.value(node.outputs[0]);
-  return in.kind == ValueKind::Tensor && out.kind == ValueKind::Tensor &&
-         in.tensor.dtype != out.tensor.dtype;
 }
 
 void merge_into(std::vector<int>& into, const std::vector<int>& from) {
@@ -412,8 +395,17 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     }
     std::string why;
     std::shared_ptr<const PointwiseGroup> built;
+    // Note [Lone casts]
+    // A lone elementwise op gains nothing from a generated kernel, except a
+    // dtype cast: ATen converts bf16/fp16 to fp32 with its dynamic-cast loop,
+    // one scalar per thread, where a generated cast moves 16-byte vectors. Mixed
+    // precision training has one such cast per parameter gradient (and one per
+    // parameter forward), so a group made only of dtype casts
+    // (ir_match::is_dtype_cast) is generated whatever min_fused_nodes says.
+    // (A weight gradient's cast usually joins its product instead: Note
+    // [Products written in f32] in matmul_planner.h.)
     const bool only_casts = std::all_of(nodes.begin(), nodes.end(), [&](NodeId n) {
-      return is_dtype_cast(graph_, graph_.node(n));
+      return ir_match::is_dtype_cast(graph_, graph_.node(n));
     });
     if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes || only_casts) {
       built = build_group(nodes, &why);

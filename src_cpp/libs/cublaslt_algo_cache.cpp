@@ -59,6 +59,7 @@ AlgoCacheStats AlgoCache::stats() const {
   out.hits = hits_.load();
   out.misses = misses_.load();
   out.timed = timed_.load();
+  out.reused = reused_.load();
   std::shared_lock<std::shared_mutex> lock(mutex_);
   out.entries = entries_.size();
   return out;

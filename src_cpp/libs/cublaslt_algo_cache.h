@@ -32,6 +32,10 @@ struct Operand {
   std::int64_t ld = 0;
   std::int64_t batch_stride = 0;
   std::uint32_t alignment = 0;  // bytes the pointer is aligned to, at most 256
+  bool operator==(const Operand& o) const {
+    return type == o.type && op == o.op && rows == o.rows && cols == o.cols && ld == o.ld &&
+           batch_stride == o.batch_stride && alignment == o.alignment;
+  }
 };
 
 // Everything the algorithm choice depends on (Note [Algorithm cache key]).
@@ -45,6 +49,11 @@ struct Signature {
   bool c_is_d = true;
   Operand a, b, c, d;
   std::string key() const;
+  bool operator==(const Signature& o) const {
+    return device == o.device && batch == o.batch && compute == o.compute && scale == o.scale &&
+           epilogue == o.epilogue && bias_alignment == o.bias_alignment && c_is_d == o.c_is_d &&
+           a == o.a && b == o.b && c == o.c && d == o.d;
+  }
 };
 
 struct AlgoChoice {
@@ -54,7 +63,8 @@ struct AlgoChoice {
 
 struct AlgoCacheStats {
   std::uint64_t hits = 0, misses = 0, entries = 0;
-  std::uint64_t timed = 0;  // signatures whose choice was timed (Note [Timed algorithm choice])
+  std::uint64_t timed = 0;   // signatures whose choice was timed (Note [Timed algorithm choice])
+  std::uint64_t reused = 0;  // calls that reused a prepared product (Note [Prepared products])
 };
 
 class AlgoCache {
@@ -64,12 +74,13 @@ class AlgoCache {
   void insert(const std::string& key, std::optional<AlgoChoice> choice);
   AlgoCacheStats stats() const;
   void count_timed() { timed_.fetch_add(1, std::memory_order_relaxed); }
+  void count_reused() { reused_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   mutable std::shared_mutex mutex_;
   std::unordered_map<std::string, std::optional<AlgoChoice>> entries_;
   mutable std::atomic<std::uint64_t> hits_{0}, misses_{0};
-  std::atomic<std::uint64_t> timed_{0};
+  std::atomic<std::uint64_t> timed_{0}, reused_{0};
 };
 
 // The process's cache.

@@ -162,6 +162,54 @@ std::string shape_problem(const at::Tensor& mat1, const at::Tensor& mat2) {
 
 }  // namespace
 
+// The descriptors of one signature and its algorithm (Note [Prepared products]).
+struct PreparedProduct {
+  explicit PreparedProduct(const Signature& s)
+      : sig(s),
+        desc(s.compute, s.scale),
+        a(layout_of(s.a, s.batch)),
+        b(layout_of(s.b, s.batch)),
+        c(layout_of(s.c, s.batch)),
+        d(layout_of(s.d, s.batch)) {
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSA, s.a.op);
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSB, s.b.op);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, s.epilogue);
+    if (s.bias_alignment != 0)  // one bias for all batches
+      desc.set(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, std::int64_t{0});
+  }
+  Signature sig;
+  MatmulDesc desc;
+  std::unique_ptr<MatrixLayout> a, b, c, d;
+  bool chosen = false;  // `choice` holds the answer (which may be "none")
+  bool timed = false;   // ... of a timed choice
+  std::optional<AlgoChoice> choice;
+};
+
+ProductPlans::ProductPlans() = default;
+ProductPlans::~ProductPlans() = default;
+
+std::size_t ProductPlans::size() const {
+  const std::lock_guard<std::mutex> guard(mutex_);
+  return plans_.size();
+}
+
+// ProductPlans' private side, for gemm() alone.
+struct GemmCall {
+  static std::unique_lock<std::mutex> lock(ProductPlans& plans) {
+    return std::unique_lock<std::mutex>(plans.mutex_);
+  }
+  static PreparedProduct* find(ProductPlans& plans, const Signature& sig) {
+    for (auto& p : plans.plans_)
+      if (p->sig == sig) return p.get();
+    return nullptr;
+  }
+  static void keep(ProductPlans& plans, std::unique_ptr<PreparedProduct> product) {
+    if (plans.plans_.size() >= ProductPlans::kMaxPreparedProducts)
+      plans.plans_.erase(plans.plans_.begin());
+    plans.plans_.push_back(std::move(product));
+  }
+};
+
 bool column_major_operand(std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
                           std::int64_t col_stride, Operand& out) {
   // Row-major (unit column stride): the column-major matrix of the
@@ -246,12 +294,22 @@ GemmResult gemm(const GemmArgs& args) {
       return result;
     }
   }
+  const c10::ScalarType out_dtype =
+      args.out_dtype == c10::ScalarType::Undefined ? mat1.scalar_type() : args.out_dtype;
+  if (out_dtype != mat1.scalar_type()) {
+    const bool widened = out_dtype == c10::ScalarType::Float && mat1.scalar_type() != out_dtype;
+    if (!widened || args.epilogue != MatmulEpilogue::None || args.c.defined()) {
+      result.problem = "an output dtype other than the operands' is f32, without C or epilogue";
+      return result;
+    }
+    sig.c.type = sig.d.type = CUDA_R_32F;
+  }
   const c10::cuda::CUDAGuard guard(mat1.device());
   const int device = mat1.get_device();
   std::vector<std::int64_t> out_shape{m, n};
   if (batched) out_shape.insert(out_shape.begin(), batch);
   // at::empty without the dispatcher: one of every step's hundreds of outputs.
-  result.out = at::detail::empty_cuda(out_shape, mat1.options());
+  result.out = at::detail::empty_cuda(out_shape, mat1.options().dtype(out_dtype));
   const bool use_c = args.c.defined() && args.beta != 0.0;
   const void* c_data = result.out.data_ptr();
   if (use_c) {
@@ -283,27 +341,34 @@ GemmResult gemm(const GemmArgs& args) {
   }
   sig.bias_alignment = bias_data != nullptr ? pointer_alignment(bias_data) : 0;
 
-  MatmulDesc desc(sig.compute, sig.scale);
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, sig.a.op);
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, sig.b.op);
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, sig.epilogue);
-  if (bias_data != nullptr) {
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, std::int64_t{0});  // one bias for all
-  }
-  const auto a_layout = layout_of(sig.a, sig.batch);
-  const auto b_layout = layout_of(sig.b, sig.batch);
-  const auto c_layout = layout_of(sig.c, sig.batch);
-  const auto d_layout = layout_of(sig.d, sig.batch);
   const float alpha = static_cast<float>(args.alpha);
   const float beta = use_c ? static_cast<float>(args.beta) : 0.0f;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
+  const bool timed = args.autotune && !stream_is_capturing(stream);
+
+  std::unique_lock<std::mutex> lock;
+  std::unique_ptr<PreparedProduct> unkept;
+  PreparedProduct* prepared = nullptr;
+  if (args.plans != nullptr) {
+    lock = GemmCall::lock(*args.plans);
+    prepared = GemmCall::find(*args.plans, sig);
+  }
+  if (prepared == nullptr) {
+    auto fresh = std::make_unique<PreparedProduct>(sig);
+    prepared = fresh.get();
+    if (args.plans != nullptr) {
+      GemmCall::keep(*args.plans, std::move(fresh));
+    } else {
+      unkept = std::move(fresh);
+    }
+  }
+  if (bias_data != nullptr) prepared->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
   const Launch launch{handle_for_device(device),
-                      desc,
-                      *a_layout,
-                      *b_layout,
-                      *c_layout,
-                      *d_layout,
+                      prepared->desc,
+                      *prepared->a,
+                      *prepared->b,
+                      *prepared->c,
+                      *prepared->d,
                       mat2.data_ptr(),
                       mat1.data_ptr(),
                       c_data,
@@ -311,10 +376,17 @@ GemmResult gemm(const GemmArgs& args) {
                       alpha,
                       beta,
                       stream};
-  const bool timed = args.autotune && !stream_is_capturing(stream);
-  const std::optional<AlgoChoice> choice =
-      timed ? choose_timed_algorithm(sig, launch) : choose_algorithm(sig, launch);
-  if (timed && use_c && sig.c_is_d) result.out.copy_(args.c.expand(out_shape));  // timing wrote D
+  const bool choose_now = !prepared->chosen || (timed && !prepared->timed);
+  if (choose_now) {
+    prepared->choice = timed ? choose_timed_algorithm(sig, launch) : choose_algorithm(sig, launch);
+    prepared->chosen = true;
+    prepared->timed = timed;
+  } else {
+    algo_cache().count_reused();
+  }
+  const std::optional<AlgoChoice> choice = prepared->choice;
+  if (choose_now && timed && use_c && sig.c_is_d)
+    result.out.copy_(args.c.expand(out_shape));  // timing wrote D
   if (!choice) {
     result = GemmResult{};
     result.problem = "cuBLASLt's heuristic has no algorithm for this problem (epilogue " +

@@ -30,16 +30,49 @@
 // else CUBLAS_COMPUTE_32F. The output comes from at::empty (the caching
 // allocator), the workspace from the caching allocator on the current
 // stream, and the call runs on at::cuda::getCurrentCUDAStream().
+//
+// Note [Prepared products]
+// Creating a matmul descriptor and four layouts and spelling the signature
+// as the algorithm cache's key took about half of a product's host time
+// (GPT-2's training step makes 147 products; under the profiler each cost
+// 20 us of host time besides its launch). A caller that runs the same
+// product again (a matmul group) passes its ProductPlans: the descriptors
+// and the algorithm of the last kMaxPreparedProducts signatures it ran are
+// kept there, and a call whose signature equals one of them reuses them,
+// setting only the bias pointer. A call under autotune whose plan was
+// chosen by the heuristic during a capture (Note [Timed algorithm choice])
+// times it on its next uncaptured run. ProductPlans locks per call, so
+// threads may share a compiled graph.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "fusion/matmul_spec.h"
 #include "libs/cublaslt_algo_cache.h"
 
 namespace mybackend::cublaslt {
+
+struct PreparedProduct;
+
+class ProductPlans {
+ public:
+  static constexpr std::size_t kMaxPreparedProducts = 4;
+  ProductPlans();
+  ~ProductPlans();
+  ProductPlans(const ProductPlans&) = delete;
+  ProductPlans& operator=(const ProductPlans&) = delete;
+  std::size_t size() const;
+
+ private:
+  friend struct GemmCall;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<PreparedProduct>> plans_;  // oldest first
+};
 
 struct GemmArgs {
   at::Tensor mat1;  // [B,] M x K, any strides
@@ -50,10 +83,16 @@ struct GemmArgs {
   MatmulEpilogue epilogue = MatmulEpilogue::None;
   at::Tensor bias;        // epilogues with a bias: 1-D, N elements, stride 1
   bool autotune = false;  // Note [Timed algorithm choice]
+  // D's dtype: Undefined for the operands' own; Float for 16-bit operands
+  // without C or epilogue (Note [Products written in f32]).
+  c10::ScalarType out_dtype = c10::ScalarType::Undefined;
+  // Where this caller's descriptors are kept between calls (Note [Prepared
+  // products]); null: built for this call alone.
+  ProductPlans* plans = nullptr;
 };
 
 struct GemmResult {
-  at::Tensor out;        // [B,] M x N, contiguous
+  at::Tensor out;        // [B,] M x N, contiguous, of GemmArgs::out_dtype
   at::Tensor bias_grad;  // bias-gradient epilogues: 1-D, M (mat1) or N (mat2) elements
   std::string problem;   // why nothing ran (the caller runs ATen); empty when it ran
   bool ok() const { return problem.empty(); }

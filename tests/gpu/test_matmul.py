@@ -260,7 +260,32 @@ def test_the_algorithm_cache_answers_repeated_shapes() -> None:
     before = _C.cublaslt_cache_stats()
     compiled.run([x, w, b])
     after = _C.cublaslt_cache_stats()
-    assert after["hits"] == before["hits"] + 1 and after["entries"] == before["entries"]
+    # Note [Prepared products]: the group's own plan answers, not the cache.
+    assert after["reused"] == before["reused"] + 1, (before, after)
+    assert after["hits"] == before["hits"] and after["entries"] == before["entries"]
+    # A new bias (a new pointer, same alignment) reuses the plan with its own pointer.
+    b2 = _randn(N, dtype=torch.bfloat16)
+    got = compiled.run([x, w, b2])[0]
+    torch.testing.assert_close(got, F.linear(x, w, b2), rtol=2e-2, atol=2e-2)
+    # An operand of another alignment is another signature: a plan of its own.
+    x_offset = _randn(M * K + 1, dtype=torch.bfloat16)[1:].view(M, K)
+    got = compiled.run([x_offset, w, b])[0]
+    torch.testing.assert_close(got, F.linear(x_offset, w, b), rtol=2e-2, atol=2e-2)
+    assert _C.cublaslt_cache_stats()["entries"] == after["entries"] + 1
+
+
+def test_an_upcast_product_is_written_in_f32() -> None:
+    """Note [Products written in f32]: one cuBLASLt call writes the f32
+    result; rounded once, it is at least as close to f32 arithmetic as
+    eager's bf16 product followed by an upcast."""
+    a = _randn(M, K, dtype=torch.bfloat16)
+    b = _randn(K, N, dtype=torch.bfloat16)
+    compiled = _run(lambda a, b: (a @ b).float(), [a, b], PRECISIONS["bf16"][2], epilogue="DEFAULT")
+    kernels = compiled.report()["kernels"]
+    assert [k["kind"] for k in kernels] == ["matmul"], kernels
+    got = compiled.run([a, b])[0]
+    exact = a.double() @ b.double()
+    assert (got.double() - exact).abs().max() <= ((a @ b).double() - exact).abs().max()
 
 
 def test_dynamic_batch_sizes_and_cuda_graphs() -> None:

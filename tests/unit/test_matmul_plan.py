@@ -218,6 +218,57 @@ def test_mm_then_add_of_a_row_vector_is_a_bias_epilogue() -> None:
     assert "cublaslt RELU_BIAS" in mm["spec"]
 
 
+def test_an_upcast_product_is_written_in_f32() -> None:
+    """Note [Products written in f32]: the upcast joins the product (through
+    views), so cuBLASLt writes D in f32 and no cast kernel runs."""
+    a, b = torch.randn(6, 8, dtype=BF16), torch.randn(8, 4, dtype=BF16)
+    gm = _on_fake_cuda(lambda a, b: (a @ b).view(3, 2, 4).float(), a, b, decompose=True)
+    (mm,) = _matmuls(gm)
+    assert mm["ops"] == ["aten::mm.default", "aten::view.default", "aten::_to_copy.default"]
+    assert "out_dtype=f32" in mm["spec"] and "written in f32" in mm["why"]
+
+
+def _with_product(product: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return product.float(), product
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: torch.relu(a @ b).float(),  # an epilogue already holds D
+        lambda a, b: _with_product(a @ b),  # the 16-bit product is read elsewhere
+        lambda a, b: (a @ b).double(),  # only f32 is a cuBLASLt output type here
+        lambda a, b: (a @ b).t().float(),  # the cast's output is not D's layout
+    ],
+    ids=["epilogue", "second-reader", "f64", "transposed"],
+)
+def test_an_upcast_stays_apart_when_d_cannot_be_f32(fn: Callable[..., Any]) -> None:
+    a, b = torch.randn(6, 8, dtype=BF16), torch.randn(8, 4, dtype=BF16)
+    for mm in _matmuls(_on_fake_cuda(fn, a, b, decompose=True)):
+        assert "out_dtype" not in mm["spec"], mm["spec"]
+        assert "aten::_to_copy.default" not in mm["ops"]
+
+
+def test_autocast_weight_gradient_is_written_in_f32() -> None:
+    """Under autocast a Linear's weight gradient is mm in bf16, then an upcast
+    to the f32 parameter: one cuBLASLt call writes it in f32."""
+
+    class Autocast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=BF16):
+                return self.linear(x)
+
+    graphs = _aot_graphs(Autocast(), torch.randn(4, 8, requires_grad=True))
+    products = _matmuls(graphs["backward"])
+    written_f32 = [mm for mm in products if "out_dtype=f32" in mm["spec"]]
+    assert len(written_f32) == 1, [mm["spec"] for mm in products]
+    assert "aten::_to_copy.default" in written_f32[0]["ops"]
+
+
 @pytest.mark.parametrize(
     "options", [{"cublaslt": False}, {"disabled_op_classes": ["matmul"]}], ids=["off", "disabled"]
 )
@@ -237,7 +288,7 @@ def test_cublaslt_option_reaches_the_core() -> None:
 
     assert Options().core_options()["cublaslt"] is True
     assert Options.from_user(None, {"cublaslt": False}).core_options()["cublaslt"] is False
-    assert set(_C.cublaslt_cache_stats()) == {"hits", "misses", "entries", "timed"}
+    assert set(_C.cublaslt_cache_stats()) == {"hits", "misses", "entries", "timed", "reused"}
 
 
 def test_explain_dump_shows_the_matmul_spec() -> None:
