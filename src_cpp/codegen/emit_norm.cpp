@@ -71,7 +71,7 @@ struct Entry {
 
 struct Names {
   std::string t;      // storage type of x / grads
-  std::string to;     // storage type of the softmax output
+  std::string to;     // storage type of the softmax or layer-norm output
   std::string w;      // storage type of weight and bias
   std::string stats;  // type of mean / rstd
   int vec = 1;
@@ -129,13 +129,13 @@ std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
   e.pointer(n.t, "x", true);
   e.optional_pointer(spec.has_weight, n.w, "weight", true);
   e.optional_pointer(spec.has_bias, n.w, "bias", true);
-  e.pointer(n.t, "y", false);
+  e.pointer(n.to, "y", false);
   e.optional_pointer(spec.save_stats && !rms, n.stats, "mean", false);
   e.optional_pointer(spec.save_stats, n.stats, "rstd", false);
   e.sizes(true);
-  return e.write("mb::norm_forward<" + n.t + ", " + n.w + ", I, " + std::to_string(n.vec) + ", " +
-                 std::to_string(n.chunks) + ", " + b(rms) + ", " + b(spec.has_weight) + ", " +
-                 b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
+  return e.write("mb::norm_forward<" + n.t + ", " + n.to + ", " + n.w + ", I, " +
+                 std::to_string(n.vec) + ", " + std::to_string(n.chunks) + ", " + b(rms) + ", " +
+                 b(spec.has_weight) + ", " + b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
 }
 
 // Cross-entropy: logits rows `row_stride` apart, int64 targets, fp32 loss,

@@ -205,8 +205,10 @@ std::string validate(const NormSpec& spec) {
     if (spec.has_weight || spec.has_bias) return "cross-entropy has no class weights here";
     return {};
   }
-  if (!softmax_forward && spec.out_dtype != spec.dtype)
-    return "only softmax forward may change the dtype";
+  // Note [Norm outputs in 16 bits]: a layer norm forward may write y in
+  // another floating dtype.
+  if (!softmax_forward && spec.kind != NormKind::LayerNormForward && spec.out_dtype != spec.dtype)
+    return "only softmax and layer norm forward may change the dtype";
   if (softmax && (spec.has_weight || spec.has_bias)) return "softmax has no weight or bias";
   if (spec.has_bias && !layer_norm) return "only layer norm has a bias";
   return {};

@@ -258,6 +258,8 @@ TEST(CodegenNorm, EveryKindAndDtypeCompiles) {
         spec.save_stats = n % 4 != 1;
         if (dtype != DType::Float64 && n % 2 == 1)
           spec.weight_dtype = DType::Float32;  // mixed precision
+        if (kind == NormKind::LayerNormForward && dtype == DType::Float32)
+          spec.out_dtype = DType::BFloat16;  // Note [Norm outputs in 16 bits]
       } else if (kind == NormKind::SoftmaxForward && dtype == DType::Float16) {
         spec.out_dtype = DType::Float32;  // softmax(x, dtype=float32)
       }
@@ -370,7 +372,7 @@ TEST(CodegenNorm, ValidateExplainsRejections) {
   s.dtype = s.out_dtype = DType::Int32;
   EXPECT_NE(validate(s).find("floating"), std::string::npos) << validate(s);
   s = NormSpec{};
-  s.kind = NormKind::LayerNormForward;
+  s.kind = NormKind::RmsNormForward;
   s.out_dtype = DType::Float16;
   EXPECT_FALSE(validate(s).empty());
   EXPECT_THROW(emit_norm(s), InternalError);

@@ -234,6 +234,23 @@ def test_layer_norm_forward(cols: int, dtype: torch.dtype, affine: bool) -> None
         )
 
 
+@pytest.mark.parametrize("target", [BF16, F16])
+@pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
+def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:
+    """Note [Norm outputs in 16 bits]: an f32 layer norm whose result only
+    feeds a cast writes the cast's dtype; the mean and rstd stay f32."""
+    cols = shape[-1]
+    x, w, b = _randn(*shape), _randn(cols), _randn(cols)
+
+    def fn(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y, mean, rstd = torch.ops.aten.native_layer_norm(t, [cols], w, b, 1e-5)
+        return y.view(-1, cols).to(target), mean, rstd
+
+    compiled = _check(fn, x, w, b, kind="norm", tol=TOL[target])
+    (norm,) = compiled.report()["kernels"]
+    assert "out=" + {BF16: "bf16", F16: "f16"}[target] in norm["spec"], norm["spec"]
+
+
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("shape", [(4, 3, 32), (7, 1000), (1, 4096), (0, 16)], ids=str)
 def test_layer_norm_backward(shape: tuple[int, ...], dtype: torch.dtype) -> None:

@@ -117,6 +117,43 @@ def test_layer_norm_forward_and_backward_are_norm_groups() -> None:
     assert "native_layer_norm_backward" in _ops(backward, norms[0])[0]
 
 
+def _layer_norm_then(cast: Callable[[torch.Tensor], Any]) -> Callable[..., Any]:
+    return lambda x, w, b: cast(torch.native_layer_norm(x, (64,), w, b, 1e-5)[0])
+
+
+@pytest.mark.parametrize("target", [BF16, torch.float16])
+def test_layer_norm_output_cast_joins_the_norm(target: torch.dtype) -> None:
+    """Note [Norm outputs in 16 bits]: the f32 result read only by a cast
+    (through a view, as before a product) is stored in the cast's dtype."""
+    fn = _layer_norm_then(lambda y: y.view(-1, 64).to(target))
+    report = _traced(fn, ((4, 8, 64), F32), ((64,), F32), ((64,), F32))
+    assert _kinds(report) == ["norm"], report["kernels"]
+    (norm,) = report["kernels"]
+    assert _ops(report, norm) == [
+        "aten::native_layer_norm.default",
+        "aten::view.default",
+        "aten::_to_copy.default",
+    ]
+    short = {BF16: "bf16", torch.float16: "f16"}[target]
+    assert f"dtype=f32 out={short}" in norm["spec"], norm["spec"]
+
+
+@pytest.mark.parametrize(
+    "cast",
+    [
+        lambda y: (y.to(BF16), y),  # the f32 result is read elsewhere too
+        lambda y: y.t().to(BF16),  # the cast does not keep the rows
+        lambda y: y.to(torch.float64),  # not a 16-bit store
+    ],
+    ids=["second-reader", "transposed", "f64"],
+)
+def test_layer_norm_output_cast_stays_apart(cast: Callable[[torch.Tensor], Any]) -> None:
+    report = _traced(_layer_norm_then(cast), ((8, 64), F32), ((64,), F32), ((64,), F32))
+    norms = [k for k in report["kernels"] if k["kind"] == "norm"]
+    assert len(norms) == 1 and "out=f32" in norms[0]["spec"], norms
+    assert "aten::_to_copy.default" not in _ops(report, norms[0])
+
+
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_rms_norm_chain_is_one_norm_kernel(dtype: torch.dtype) -> None:
     report = _traced(lambda x, w: F.rms_norm(x, (64,), w, 1e-6), ((8, 64), dtype), ((64,), dtype))

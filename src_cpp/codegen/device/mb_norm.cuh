@@ -297,10 +297,10 @@ struct PairSumReducer {
 // Register path (Note [Rows in registers]): the row is read once; the
 // mean, then the sum of squared deviations from it, are exact two-pass
 // statistics over registers (RMS: the sum of squares only).
-template <class T, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W, bool HAS_B,
-          bool SAVE>
+template <class T, class TO, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W,
+          bool HAS_B, bool SAVE>
 __device__ __forceinline__ void norm_forward_rows(const T* __restrict__ x, const W* __restrict__ w,
-                                                  const W* __restrict__ b, T* __restrict__ y,
+                                                  const W* __restrict__ b, TO* __restrict__ y,
                                                   typename Compute<T>::type* __restrict__ mean_out,
                                                   typename Compute<T>::type* __restrict__ rstd_out,
                                                   I rows, I cols, double eps, int tpr) {
@@ -341,18 +341,20 @@ __device__ __forceinline__ void norm_forward_rows(const T* __restrict__ x, const
   });
 }
 
-template <class T, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W, bool HAS_B,
-          bool SAVE>
+// y is written as TO (Note [Norm outputs in 16 bits]: a layer norm's f32
+// result that only feeds a cast to bf16 or fp16 is stored cast).
+template <class T, class TO, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W,
+          bool HAS_B, bool SAVE>
 __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* __restrict__ w,
-                                             const W* __restrict__ b, T* __restrict__ y,
+                                             const W* __restrict__ b, TO* __restrict__ y,
                                              typename Compute<T>::type* __restrict__ mean_out,
                                              typename Compute<T>::type* __restrict__ rstd_out,
                                              I rows, I cols, double eps) {
   typedef typename Compute<T>::type A;
   typedef WelfordReducer<A> R;
   if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
-    norm_forward_rows<T, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE>(x, w, b, y, mean_out, rstd_out,
-                                                                     rows, cols, eps, tpr);
+    norm_forward_rows<T, TO, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE>(
+        x, w, b, y, mean_out, rstd_out, rows, cols, eps, tpr);
     return;
   }
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
