@@ -114,6 +114,10 @@ class _Lowerer:
 
     def _call(self, node: torch.fx.Node) -> None:
         target = node.target
+        if target is torch.ops.aten.alias.default and not _is_graph_output(node):
+            # Note [Aliases are free]: the alias's value is its input's.
+            self.env[node] = self._lookup(node.args[0])  # type: ignore[arg-type]
+            return
         if target is operator.getitem and isinstance(self.env.get(node.args[0]), MultiValue):  # type: ignore[arg-type]
             self.env[node] = self.env[node.args[0]][node.args[1]]  # type: ignore[index]
             return
@@ -163,6 +167,19 @@ class _Lowerer:
             return convert_argument(value, self._lookup)
         except UnsupportedArgument as error:
             raise LoweringError(f"graph output {value!r}: {error}") from error
+
+
+# Note [Aliases are free]
+# aot_autograd's functional graphs keep `aten.alias` where the user's code
+# made a view of the same shape (a saved tensor read twice by the backward,
+# GPT-2's tanh in its GELU derivative: `alias(alias(tanh))`). An alias
+# computes nothing, but as a node it is no elementwise op, so it split the
+# generated kernel around it into two, the first storing the value for the
+# second. Lowering maps each alias to its input's value instead; an alias
+# the graph returns stays a node, since aot_autograd expects the output to
+# be a new view.
+def _is_graph_output(node: torch.fx.Node) -> bool:
+    return any(user.op == "output" for user in node.users)
 
 
 def _flat_outputs(outputs: Any) -> list[Any]:

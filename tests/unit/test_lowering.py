@@ -41,6 +41,34 @@ def test_multi_output_ops_and_getitem_fold_into_values() -> None:
     assert lowered.graph.num_nodes == 3
 
 
+def test_aliases_lower_to_their_input_unless_returned() -> None:
+    """Note [Aliases are free]: an inner alias is its input's value (no IR
+    node, so elementwise neighbours fuse across it); a returned one stays."""
+    alias = torch.ops.aten.alias.default
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.tanh(x)
+        return alias(alias(t)) * 2, alias(t)
+
+    lowered = lower(_aten_graph(fn, torch.randn(4, 3)), [])
+    text = lowered.graph.to_text()
+    assert text.count("aten::alias.default") == 1, text
+    assert "aten::mul.Tensor(%1, 2)" in text, text  # reads tanh's value directly
+    assert lowered.graph.num_nodes == 3
+
+
+def test_aliased_elementwise_chain_is_one_generated_kernel() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    alias = torch.ops.aten.alias.default
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(8, 16, device="cuda")
+    gm = make_fx(lambda x: 1 - alias(alias(torch.tanh(x))) ** 2, tracing_mode="fake")(x)
+    lowered = lower(gm, [])
+    report = _C.compile(lowered.graph, {"generated_kernels": True}, None).report()
+    assert [k["kind"] for k in report["kernels"]] == ["pointwise"], report["kernels"]
+
+
 def test_symbolic_sizes_are_carried() -> None:
     gm = _aten_graph(lambda x: x.view(-1) * x.shape[0], torch.randn(5, 3), mode="symbolic")
     text = lower(gm, []).graph.to_text()
