@@ -95,6 +95,29 @@ bool is_dtype_cast(const Graph& graph, const Node& node) {
          in.tensor.dtype != out.tensor.dtype;
 }
 
+std::vector<NodeId> views_then_cast(const GraphIndex& index, ValueId value,
+                                    const std::function<bool(NodeId)>& usable) {
+  const Graph& graph = index.graph;
+  const Dim last = graph.value(value).tensor.sizes.back();
+  std::vector<NodeId> chain;
+  ValueId current = value;
+  while (true) {
+    const auto& readers = index.readers[static_cast<std::size_t>(current)];
+    if (index.graph_output[static_cast<std::size_t>(current)] || readers.size() != 1 ||
+        !usable(readers[0]))
+      return {};
+    const Node& user = graph.node(readers[0]);
+    if (user.outputs.size() != 1 || tensor_arg(graph, user, 0) != current) return {};
+    const TensorType& out = graph.value(user.outputs[0]).tensor;
+    if (out.rank() == 0 || !same_dim(out.sizes.back(), last)) return {};
+    chain.push_back(user.id);
+    current = user.outputs[0];
+    if (is_shape_view(user)) continue;
+    if (!is_dtype_cast(graph, user) || !out.is_contiguous()) return {};
+    return chain;
+  }
+}
+
 bool same_dim(const Dim& a, const Dim& b) { return a.str() == b.str(); }
 
 bool same_shape(const TensorType& a, const TensorType& b) {

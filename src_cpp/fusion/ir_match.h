@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
+#include "fusion/graph_index.h"
 #include "ir/graph.h"
 
 namespace mybackend::ir_match {
@@ -27,6 +29,14 @@ bool swaps_last_two_dims(const Graph& graph, const Node& node);
 bool is_shape_view(const Node& node);
 // _to_copy or convert_element_type of one tensor to another dtype.
 bool is_dtype_cast(const Graph& graph, const Node& node);
+// The nodes that carry `value` (rank >= 1) to a dtype cast, the cast last:
+// shape views keeping the last dim, each value on the way read once, by a
+// node `usable` accepts, and not returned by the graph; the cast's output is
+// contiguous. Empty when the chain ends otherwise. (A product or a norm
+// takes such a cast in: Note [Products written in f32], Note [Norm outputs
+// in 16 bits].)
+std::vector<NodeId> views_then_cast(const GraphIndex& index, ValueId value,
+                                    const std::function<bool(NodeId)>& usable);
 bool same_dim(const Dim& a, const Dim& b);
 bool same_shape(const TensorType& a, const TensorType& b);
 

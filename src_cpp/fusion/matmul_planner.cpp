@@ -9,7 +9,6 @@ namespace mybackend {
 namespace {
 
 using ir_match::int_list_arg;
-using ir_match::is_dtype_cast;
 using ir_match::is_shape_view;
 using ir_match::normalize_dim;
 using ir_match::same_dim;
@@ -17,6 +16,7 @@ using ir_match::same_shape;
 using ir_match::scalar;
 using ir_match::swaps_last_two_dims;
 using ir_match::tensor_arg;
+using ir_match::views_then_cast;
 
 bool is_product_op(const std::string& op) {
   return op == "aten::mm.default" || op == "aten::addmm.default" || op == "aten::bmm.default" ||
@@ -224,27 +224,14 @@ void MatmulPlanner::match_output_cast(MatmulSpec& spec, Context& ctx) const {
   if (spec.epilogue != MatmulEpilogue::None || spec.c >= 0 ||
       (spec.dtype != DType::BFloat16 && spec.dtype != DType::Float16))
     return;
-  const Dim n_dim = graph_.value(spec.output).tensor.sizes.back();
-  ValueId current = spec.output;
-  std::vector<NodeId> views;
-  while (true) {
-    const Node* reader = sole_reader(current, ctx);
-    if (reader == nullptr) return;
-    const Node& user = *reader;
-    if (user.outputs.size() != 1 || tensor_arg(graph_, user, 0) != current) return;
-    const TensorType& out = graph_.value(user.outputs[0]).tensor;
-    if (is_shape_view(user) && out.rank() >= 1 && same_dim(out.sizes.back(), n_dim)) {
-      views.push_back(user.id);
-      current = user.outputs[0];
-      continue;
-    }
-    if (!is_dtype_cast(graph_, user) || out.dtype != DType::Float32 || !out.is_contiguous()) return;
-    ctx.members.insert(views.begin(), views.end());
-    ctx.members.insert(user.id);
-    spec.output = user.outputs[0];
-    spec.out_dtype = DType::Float32;
-    return;
-  }
+  const std::vector<NodeId> chain =
+      views_then_cast(index_, spec.output, [&](NodeId n) { return ctx.usable(n); });
+  if (chain.empty()) return;
+  const ValueId upcast = graph_.node(chain.back()).outputs[0];
+  if (graph_.value(upcast).tensor.dtype != DType::Float32) return;
+  ctx.members.insert(chain.begin(), chain.end());
+  spec.output = upcast;
+  spec.out_dtype = DType::Float32;
 }
 
 void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,

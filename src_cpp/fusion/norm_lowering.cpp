@@ -422,35 +422,19 @@ void absorb_output_cast(const GraphIndex& index, const std::set<NodeId>& partiti
   auto y = std::find_if(g.outputs.begin(), g.outputs.end(),
                         [](const auto& o) { return o.first == "y"; });
   if (y == g.outputs.end()) return;
-  const Dim cols = graph.value(y->second).tensor.sizes.back();
-  std::vector<NodeId> joined;
-  ValueId current = y->second;
-  while (true) {
-    const auto& readers = index.readers[static_cast<std::size_t>(current)];
-    if (index.graph_output[static_cast<std::size_t>(current)] || readers.size() != 1 ||
-        partition.count(readers[0]) == 0)
-      return;
-    const Node& user = graph.node(readers[0]);
-    if (user.outputs.size() != 1 || user.args.empty() ||
-        user.args[0].kind != Argument::Kind::Value || user.args[0].value != current)
-      return;
-    const TensorType& out = graph.value(user.outputs[0]).tensor;
-    if (out.rank() == 0 || !ir_match::same_dim(out.sizes.back(), cols)) return;
-    joined.push_back(user.id);
-    current = user.outputs[0];
-    if (ir_match::is_shape_view(user)) continue;
-    if (!ir_match::is_dtype_cast(graph, user) || !out.is_contiguous() ||
-        (out.dtype != DType::BFloat16 && out.dtype != DType::Float16))
-      return;
-    break;
-  }
+  const std::vector<NodeId> chain =
+      ir_match::views_then_cast(index, y->second, [&](NodeId n) { return partition.count(n) > 0; });
+  if (chain.empty()) return;
+  const ValueId cast_output = graph.node(chain.back()).outputs[0];
+  const DType stored = graph.value(cast_output).tensor.dtype;
+  if (stored != DType::BFloat16 && stored != DType::Float16) return;
   NormGroup cast = g;
-  cast.spec.out_dtype = cast.general.out_dtype = graph.value(current).tensor.dtype;
+  cast.spec.out_dtype = cast.general.out_dtype = stored;
   for (auto& o : cast.outputs)
-    if (o.first == "y") o.second = current;
+    if (o.first == "y") o.second = cast_output;
   for (const NormSpec* s : {&cast.spec, &cast.general})
     if (!validate(*s).empty()) return;
-  match->nodes.insert(match->nodes.end(), joined.begin(), joined.end());
+  match->nodes.insert(match->nodes.end(), chain.begin(), chain.end());
   std::sort(match->nodes.begin(), match->nodes.end());
   match->group = std::make_shared<NormGroup>(std::move(cast));
 }

@@ -188,11 +188,6 @@ struct PreparedProduct {
 ProductPlans::ProductPlans() = default;
 ProductPlans::~ProductPlans() = default;
 
-std::size_t ProductPlans::size() const {
-  const std::lock_guard<std::mutex> guard(mutex_);
-  return plans_.size();
-}
-
 // ProductPlans' private side, for gemm() alone.
 struct GemmCall {
   static std::unique_lock<std::mutex> lock(ProductPlans& plans) {

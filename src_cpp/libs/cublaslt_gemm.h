@@ -66,7 +66,6 @@ class ProductPlans {
   ~ProductPlans();
   ProductPlans(const ProductPlans&) = delete;
   ProductPlans& operator=(const ProductPlans&) = delete;
-  std::size_t size() const;
 
  private:
   friend struct GemmCall;
