@@ -195,6 +195,8 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   py::dict out;
   out["cuda_graph_captures"] = compiled.cuda_graphs().captures();
   out["cuda_graph_replays"] = compiled.cuda_graphs().replays();
+  out["cuda_graph_input_bytes_copied"] = compiled.cuda_graphs().input_bytes_copied();
+  out["cuda_graph_output_bytes_moved"] = compiled.cuda_graphs().output_bytes_moved();
   out["calls"] = stats.calls;
   out["kernel_groups_run"] = stats.kernel_groups_run;
   out["nodes_run_in_partitions"] = stats.nodes_run_in_partitions;

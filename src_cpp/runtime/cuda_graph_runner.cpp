@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "runtime/graph_memory.h"
 
 #ifdef MYBACKEND_WITH_CUDA
 #include <ATen/ATen.h>
@@ -65,21 +66,32 @@ namespace {
 
 struct CapturedGraph {
   std::unique_ptr<at::cuda::CUDAGraph> graph;
-  std::vector<c10::IValue> inputs;   // owned buffers, or the caller's static tensors
-  std::vector<c10::IValue> outputs;  // the graph's output memory
+  // Owned buffers, the caller's static tensors, or (borrowed) tensors over
+  // another graph's output memory (Note [Borrowed graph memory]).
+  std::vector<c10::IValue> inputs;
+  std::vector<bool> borrowed;
+  std::shared_ptr<GraphOutputMemory> outputs = std::make_shared<GraphOutputMemory>();
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> handed_out;
   // Per input: whether an output aliases its buffer (hand_out then gives
   // back a view of the caller's own input, so replay must keep it).
   std::vector<bool> aliased_by_output;
 };
 
-// Gives a storage the caller still holds memory of its own (Note [CUDA-graph rules]).
-void move_to_own_memory(c10::StorageImpl& storage) {
+// Gives a storage the caller still holds memory of its own (Note [CUDA-graph
+// rules]); its bytes.
+std::size_t move_to_own_memory(c10::StorageImpl& storage) {
   std::size_t bytes = storage.nbytes();
   c10::DataPtr fresh = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
   MB_CUDA_CHECK(cudaMemcpyAsync(fresh.get(), storage.data(), bytes, cudaMemcpyDeviceToDevice,
                                 at::cuda::getCurrentCUDAStream()));
   storage.set_data_ptr_noswap(std::move(fresh));
+  return bytes;
+}
+
+// Whether an input lives in a captured graph's output memory (Note [Borrowed
+// graph memory]).
+bool is_graph_memory(const c10::IValue& input) {
+  return input.isTensor() && graph_memory_owner(input.toTensor()) != nullptr;
 }
 
 }  // namespace
@@ -94,6 +106,7 @@ struct CudaGraphRunner::Impl {
   std::map<std::string, std::unique_ptr<CapturedGraph>> graphs;
   std::map<std::string, std::string> failures;
   std::atomic<std::int64_t> captures{0}, replays{0};
+  std::atomic<std::int64_t> input_bytes_copied{0}, output_bytes_moved{0};
 
   bool is_static(std::size_t i) const {
     return std::find(policy.static_inputs.begin(), policy.static_inputs.end(),
@@ -107,7 +120,11 @@ struct CudaGraphRunner::Impl {
       if (v.isTensor()) {
         const at::Tensor& t = v.toTensor();
         key << t.scalar_type() << t.device() << t.sizes() << t.strides();
-        if (is_static(i)) key << "@" << t.data_ptr();
+        if (is_static(i)) {
+          key << "@" << t.data_ptr();
+        } else if (is_graph_memory(v)) {
+          key << "&" << t.data_ptr();
+        }
       } else if (v.isInt()) {
         key << "i" << v.toInt();
       } else {
@@ -138,17 +155,28 @@ struct CudaGraphRunner::Impl {
 std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
                                                         const std::vector<c10::IValue>& inputs) {
   auto captured = std::make_unique<CapturedGraph>();
+  captured->borrowed.assign(inputs.size(), false);
   c10::Device device = at::kCUDA;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].isTensor() && !is_static(i)) {
-      const at::Tensor& t = inputs[i].toTensor();
-      at::Tensor buffer = at::empty_strided(t.sizes(), t.strides(), t.options());
-      buffer.copy_(t);
-      captured->inputs.emplace_back(buffer);
-      device = t.device();
-    } else {
+    if (!inputs[i].isTensor() || is_static(i)) {
       captured->inputs.push_back(inputs[i]);
+      continue;
     }
+    const at::Tensor& t = inputs[i].toTensor();
+    device = t.device();
+    if (auto owner = graph_memory_owner(t)) {
+      // Our own tensor over the same memory: the caller's would be moved
+      // away by its graph's next replay if we held it.
+      captured->inputs.emplace_back(
+          tensor_over(graph_memory_storage(const_cast<void*>(t.storage().data()),
+                                           t.storage().nbytes(), t.device(), std::move(owner)),
+                      t));
+      captured->borrowed[i] = true;
+      continue;
+    }
+    at::Tensor buffer = at::empty_strided(t.sizes(), t.strides(), t.options());
+    buffer.copy_(t);
+    captured->inputs.emplace_back(buffer);
   }
   c10::cuda::CUDAGuard guard(device);
   at::cuda::CUDAStream caller = at::cuda::getCurrentCUDAStream();
@@ -162,7 +190,7 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
     c10::cuda::CUDAStreamGuard on_side(side);
     try {
       captured->graph->capture_begin();
-      captured->outputs = executor.run(captured->inputs);
+      captured->outputs->outputs = executor.run(captured->inputs);
       captured->graph->capture_end();
     } catch (const std::exception& e) {
       error = e.what();
@@ -182,7 +210,7 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::capture(const std::string& key,
   }
   captures.fetch_add(1);
   captured->aliased_by_output.assign(inputs.size(), false);
-  for (const c10::IValue& output : captured->outputs) {
+  for (const c10::IValue& output : captured->outputs->outputs) {
     if (!output.isTensor()) continue;
     const void* base = output.toTensor().storage().data();
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -206,13 +234,21 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::replay(CapturedGraph& captured,
                                                        std::vector<c10::IValue>& inputs) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor() || is_static(i)) continue;
-    at::Tensor buffer = captured.inputs[i].toTensor();
-    const at::Tensor& given = inputs[i].toTensor();
-    if (given.data_ptr() != buffer.data_ptr()) buffer.copy_(given, /*non_blocking=*/true);
+    // A borrowed input is at its captured address: the signature says so.
+    if (!captured.borrowed[i]) {
+      at::Tensor buffer = captured.inputs[i].toTensor();
+      const at::Tensor& given = inputs[i].toTensor();
+      if (given.data_ptr() != buffer.data_ptr()) {
+        buffer.copy_(given, /*non_blocking=*/true);
+        input_bytes_copied.fetch_add(static_cast<std::int64_t>(given.nbytes()));
+      }
+    }
     if (!captured.aliased_by_output[i]) inputs[i] = c10::IValue();
   }
   for (auto& weak : captured.handed_out) {
-    if (auto storage = weak.lock()) move_to_own_memory(*storage);
+    if (auto storage = weak.lock()) {
+      output_bytes_moved.fetch_add(static_cast<std::int64_t>(move_to_own_memory(*storage)));
+    }
   }
   captured.handed_out.clear();
   captured.graph->replay();
@@ -226,7 +262,7 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::hand_out(CapturedGraph& captured
                                                          const std::vector<c10::IValue>& inputs) {
   std::map<const void*, c10::intrusive_ptr<c10::StorageImpl>> wrappers;
   std::vector<c10::IValue> results;
-  for (const c10::IValue& output : captured.outputs) {
+  for (const c10::IValue& output : captured.outputs->outputs) {
     if (!output.isTensor()) {
       results.push_back(output);
       continue;
@@ -246,14 +282,11 @@ std::vector<c10::IValue> CudaGraphRunner::Impl::hand_out(CapturedGraph& captured
     if (aliased_input) continue;
     auto& wrapper = wrappers[base];
     if (!wrapper) {
-      wrapper = c10::make_intrusive<c10::StorageImpl>(
-          c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
-          c10::DataPtr(const_cast<void*>(base), t.device()), nullptr, false);
+      wrapper = graph_memory_storage(const_cast<void*>(base), t.storage().nbytes(), t.device(),
+                                     captured.outputs);
       captured.handed_out.emplace_back(wrapper);
     }
-    at::Tensor fresh = at::empty({0}, t.options());
-    fresh.set_(c10::Storage(wrapper), t.storage_offset(), t.sizes(), t.strides());
-    results.emplace_back(std::move(fresh));
+    results.emplace_back(tensor_over(wrapper, t));
   }
   return results;
 }
@@ -286,6 +319,12 @@ std::string CudaGraphRunner::status() const {
 
 std::int64_t CudaGraphRunner::captures() const { return impl_->captures.load(); }
 std::int64_t CudaGraphRunner::replays() const { return impl_->replays.load(); }
+std::int64_t CudaGraphRunner::input_bytes_copied() const {
+  return impl_->input_bytes_copied.load();
+}
+std::int64_t CudaGraphRunner::output_bytes_moved() const {
+  return impl_->output_bytes_moved.load();
+}
 
 #else  // CPU-only build: nothing is ever captured.
 
@@ -309,6 +348,8 @@ std::string CudaGraphRunner::status() const {
 
 std::int64_t CudaGraphRunner::captures() const { return 0; }
 std::int64_t CudaGraphRunner::replays() const { return 0; }
+std::int64_t CudaGraphRunner::input_bytes_copied() const { return 0; }
+std::int64_t CudaGraphRunner::output_bytes_moved() const { return 0; }
 
 #endif
 

@@ -7,7 +7,10 @@
 //    the second call with that signature (the first warms up handles and
 //    caches), up to max_graphs signatures; later signatures run uncaptured.
 //  * Static inputs (parameters and buffers, and inputs the graph mutates) are
-//    captured at their own addresses and never copied. Every other tensor
+//    captured at their own addresses and never copied. So are inputs over
+//    another captured graph's output memory, which key the signature by
+//    address (Note [Borrowed graph memory] in graph_memory.h: the backward
+//    reads the forward's saved activations in place). Every other tensor
 //    input is copied into a buffer the runner owns, skipped when the caller
 //    passes that buffer itself.
 //  * Outputs never change under the caller: each replay hands out fresh
@@ -48,6 +51,10 @@ class CudaGraphRunner {
   std::string status() const;
   std::int64_t captures() const;
   std::int64_t replays() const;
+  // Bytes of inputs copied into the graphs' buffers, and of held outputs
+  // moved to memory of their own, by replays so far.
+  std::int64_t input_bytes_copied() const;
+  std::int64_t output_bytes_moved() const;
 
  private:
   struct Impl;

@@ -82,3 +82,45 @@ def test_training_forward_and_backward_are_replayed() -> None:
     kinds = {r.kind for r in records}
     assert kinds == {"forward", "backward"}
     assert all(r.compiled.stats()["cuda_graph_replays"] > 0 for r in records)
+
+
+def test_backward_reads_the_forwards_saved_activations_in_place() -> None:
+    # Note [Borrowed graph memory]: once both graphs are captured, a training
+    # step copies only the backward's other inputs (the output's gradient and
+    # the parameters it saves), never the activations, and moves nothing out
+    # of the forward's memory (autograd has freed them by the next forward).
+    torch.manual_seed(0)
+    model = MLP(width=256, depth=4).cuda()
+    reference = MLP(width=256, depth=4).cuda()
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="mybackend", mode="reduce-overhead")
+    x = torch.randn(1024, 256, device="cuda")
+    records = []
+    for _ in range(4):
+        _, new = compiled_records(lambda: compiled(x).square().mean().backward())
+        records += new
+    by_kind = {r.kind: r.compiled for r in records}
+    before = {kind: dict(c.stats()) for kind, c in by_kind.items()}
+    steps = 3
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        compiled(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+
+    def grew(kind: str, key: str) -> int:
+        return by_kind[kind].stats()[key] - before[kind][key]
+
+    assert grew("forward", "cuda_graph_replays") == steps
+    assert grew("backward", "cuda_graph_replays") == steps
+    # Copied: the output's gradient, the input x (saved for the first weight
+    # gradient, the caller's own tensor) and at most the parameters.
+    x_bytes = x.numel() * 4
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    activation_bytes = 2 * 4 * x_bytes  # two per layer (Linear and LayerNorm inputs), at least
+    copied = grew("backward", "cuda_graph_input_bytes_copied") / steps
+    assert param_bytes < activation_bytes
+    assert copied <= 2 * x_bytes + param_bytes, (copied, x_bytes, param_bytes)
+    moved = grew("forward", "cuda_graph_output_bytes_moved")
+    assert moved == 0, moved
