@@ -20,9 +20,11 @@
 namespace mybackend {
 
 struct LaunchTuning {
-  // Pointwise kernels.
-  int pw_block = 256;         // MYBACKEND_PW_BLOCK: threads per block
-  int pw_vec_per_thread = 2;  // MYBACKEND_PW_VEC_PER_THREAD: 16-byte vectors per thread and step
+  // Pointwise kernels. 128 threads with one vector each: as fast as any
+  // setting on 256 MiB chains, and the most blocks for the small tensors of
+  // batch-1 models (docs/performance.md, "Pointwise launch shape").
+  int pw_block = 128;         // MYBACKEND_PW_BLOCK: threads per block
+  int pw_vec_per_thread = 1;  // MYBACKEND_PW_VEC_PER_THREAD: 16-byte vectors per thread and step
   int pw_blocks_per_sm = 0;   // MYBACKEND_PW_BLOCKS_PER_SM: grid cap (0: one tile per block)
   // Row-wise norm / softmax kernels.
   int norm_block = 256;         // MYBACKEND_NORM_BLOCK: threads per block (a power of two)
