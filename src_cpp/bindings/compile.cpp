@@ -131,6 +131,8 @@ std::string generated_source(const KernelGroup& group) {
     if (group.kind == KernelKind::Reduction && group.reduction)
       return emit_reduction(group.reduction->spec).source;
     if (group.kind == KernelKind::Norm && group.norm) return emit_norm(group.norm->spec).source;
+    if (group.kind == KernelKind::CastGroup && group.casts)
+      return emit_cast_group(group.casts->spec).source;
     return {};
   } catch (const std::exception& e) {
     return std::string("(source unavailable: ") + e.what() + ")";
@@ -207,6 +209,7 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["generated_pointwise_run"] = stats.generated_pointwise_run;
   out["generated_reductions_run"] = stats.generated_reductions_run;
   out["generated_norms_run"] = stats.generated_norms_run;
+  out["generated_cast_groups_run"] = stats.generated_cast_groups_run;
   out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   out["matmul_groups_run"] = stats.matmul_groups_run;
   out["matmul_fallbacks"] = stats.matmul_fallbacks;

@@ -7,8 +7,9 @@
 // up) and takes, in order, the parameters listed in KernelEntry::params:
 // device pointers, then scalar arguments (double for floating scalars,
 // int64 for the rest), then sizes as int64, then shapes and strides as
-// mb::Dims<R> (R int64 values, passed by value). Loops are grid-stride, so
-// any grid size is correct; the runtime picks one for occupancy.
+// mb::Dims<R> (R int64 values, passed by value), then plain structs passed
+// by value (a cast group's table). Loops are grid-stride, so any grid size
+// is correct; the runtime picks one for occupancy.
 #pragma once
 
 #include <cstddef>
@@ -20,10 +21,11 @@
 namespace mybackend {
 
 struct KernelParam {
-  enum class Kind : std::int8_t { Pointer, Int64, Float64, Dims };
+  enum class Kind : std::int8_t { Pointer, Int64, Float64, Dims, Bytes };
   Kind kind = Kind::Pointer;
-  std::string name;  // "in0", "out1", "scalar2", "numel", "shape", "stride_in1", ...
-  int rank = 0;      // Dims only
+  std::string name;       // "in0", "out1", "scalar2", "numel", "shape", "stride_in1", ...
+  int rank = 0;           // Dims only
+  std::size_t bytes = 0;  // Bytes only: the struct's size, a multiple of 8
 
   std::size_t size_bytes() const;
 };
@@ -52,5 +54,6 @@ struct EmittedKernel {
 EmittedKernel emit_pointwise(const PointwiseSpec& spec);
 EmittedKernel emit_reduction(const ReductionSpec& spec);
 EmittedKernel emit_norm(const NormSpec& spec);
+EmittedKernel emit_cast_group(const CastGroupSpec& spec);
 
 }  // namespace mybackend

@@ -11,6 +11,7 @@
 namespace mybackend {
 
 std::size_t KernelParam::size_bytes() const {
+  if (kind == Kind::Bytes) return bytes;
   return kind == Kind::Dims ? static_cast<std::size_t>(rank) * 8 : 8;
 }
 

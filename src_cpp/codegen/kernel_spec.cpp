@@ -158,6 +158,19 @@ std::string NormSpec::to_string() const {
 
 std::uint64_t NormSpec::hash() const { return fnv1a64(to_string()); }
 
+std::string CastGroupSpec::to_string() const {
+  std::ostringstream out;
+  out << "cast_group pairs=";
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    out << (k ? "," : "") << dtype_short_name(pairs[k].from) << "->"
+        << dtype_short_name(pairs[k].to);
+  }
+  out << " threads=" << std::to_string(threads) << "\n";
+  return out.str();
+}
+
+std::uint64_t CastGroupSpec::hash() const { return fnv1a64(to_string()); }
+
 PointwiseSpec effective_prologue(const ReductionSpec& spec) {
   if (spec.prologue) return *spec.prologue;
   PointwiseSpec p;

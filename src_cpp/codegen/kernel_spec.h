@@ -240,6 +240,33 @@ struct NormSpec {
   std::uint64_t hash() const;
 };
 
+// ---- grouped casts ----------------------------------------------------------
+
+// One dtype conversion a cast-group kernel knows.
+struct CastPair {
+  DType from = DType::Float32;
+  DType to = DType::BFloat16;
+};
+
+// Many contiguous tensors converted in one launch (Note [Grouped casts] in
+// fusion/cast_groups.h). The kernel takes, by value, a table of
+// {src, dst, numel, pair} per tensor (device/mb_cast_table.cuh); each block
+// converts one chunk of threads * kCastElementsPerThread elements of one
+// tensor. The spec lists only the conversions, which table entries name by
+// index: how many tensors and of what sizes are arguments (Note [Specs hold
+// no sizes]).
+struct CastGroupSpec {
+  std::vector<CastPair> pairs;  // distinct, in the order the planner met them
+  int threads = 256;
+
+  std::string to_string() const;
+  std::uint64_t hash() const;
+};
+
+// Elements one thread of a cast-group kernel converts per chunk: two
+// 16-byte vectors of the narrower dtype for 16-bit <-> f32 casts.
+enum : int { kCastElementsPerThread = 16 };
+
 // ---- validation -------------------------------------------------------------
 
 // Empty when the spec can be emitted, else the reason it cannot: the
@@ -247,6 +274,7 @@ struct NormSpec {
 std::string validate(const PointwiseSpec& spec);
 std::string validate(const ReductionSpec& spec);
 std::string validate(const NormSpec& spec);
+std::string validate(const CastGroupSpec& spec);
 
 // DTypes generated kernels handle (no complex, no fp8 yet).
 bool codegen_supports_dtype(DType dtype);

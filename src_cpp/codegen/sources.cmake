@@ -15,6 +15,7 @@ list(APPEND CODEGEN_SOURCES
   codegen/emit_pointwise.cpp
   codegen/emit_reduction.cpp
   codegen/emit_norm.cpp
+  codegen/emit_cast_group.cpp
   codegen/device_sources.cpp
   codegen/nvrtc.cpp
   codegen/compile_pool.cpp
@@ -32,7 +33,9 @@ set(_mb_device_headers
   mb_reduce.cuh
   mb_reduction.cuh
   mb_norm.cuh
-  mb_cross_entropy.cuh)
+  mb_cross_entropy.cuh
+  mb_cast_table.cuh
+  mb_cast_group.cuh)
 set(MB_DEVICE_SOURCE_ENTRIES "")
 foreach(_mb_header ${_mb_device_headers})
   set(_mb_path ${CMAKE_CURRENT_LIST_DIR}/device/${_mb_header})

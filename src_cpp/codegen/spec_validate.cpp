@@ -214,4 +214,24 @@ std::string validate(const NormSpec& spec) {
   return {};
 }
 
+std::string validate(const CastGroupSpec& spec) {
+  if (std::string p = check_threads(spec.threads); !p.empty()) return p;
+  if (spec.pairs.empty()) return "a cast group needs at least one conversion";
+  // The table names a pair in one byte (device/mb_cast_table.cuh).
+  if (spec.pairs.size() > 255) return "a cast group knows at most 255 conversions";
+  for (std::size_t k = 0; k < spec.pairs.size(); ++k) {
+    const CastPair& c = spec.pairs[k];
+    for (DType d : {c.from, c.to}) {
+      if (!is_floating(d) || !codegen_supports_dtype(d))
+        return "cast groups convert between floating dtypes, got " + name(d);
+    }
+    if (c.from == c.to) return "a cast group pair converts " + name(c.from) + " to itself";
+    for (std::size_t j = 0; j < k; ++j) {
+      if (spec.pairs[j].from == c.from && spec.pairs[j].to == c.to)
+        return "the pair " + name(c.from) + "->" + name(c.to) + " is listed twice";
+    }
+  }
+  return {};
+}
+
 }  // namespace mybackend

@@ -22,6 +22,7 @@ std::string_view kernel_kind_name(KernelKind kind) {
     case KernelKind::Matmul: return "matmul";
     case KernelKind::Attention: return "attention";
     case KernelKind::Conv: return "conv";
+    case KernelKind::CastGroup: return "cast_group";
   }
   return "unknown";
 }

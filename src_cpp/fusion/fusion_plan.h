@@ -15,7 +15,9 @@
 // docs/design/0009-attention.md), and
 // maximal convex groups of the remaining elementwise nodes become one
 // generated pointwise kernel each (pointwise_planner.h,
-// docs/design/0004-fusion-planner.md). The first three claim their nodes
+// docs/design/0004-fusion-planner.md); lone dtype casts that do not depend
+// on each other then share one multi-tensor kernel (Note [Grouped casts] in
+// cast_groups.h). The first three claim their nodes
 // before the pointwise planner runs (Note [Claimed groups] in
 // claimed_groups.h).
 #pragma once
@@ -43,7 +45,8 @@ enum class KernelKind : std::int8_t {
   Norm,
   Matmul,
   Attention,
-  Conv
+  Conv,
+  CastGroup  // Note [Grouped casts] in cast_groups.h
 };
 
 std::string_view kernel_kind_name(KernelKind kind);
@@ -103,6 +106,20 @@ struct NormGroup {
   std::vector<std::pair<std::string, ValueId>> outputs;
 };
 
+// What the runtime needs to launch a cast group (Note [Grouped casts] in
+// cast_groups.h): member k converts inputs[k] into outputs[k] with
+// spec.pairs[pairs[k]]. singles[k] is member k's one-cast pointwise group:
+// the runtime launches it instead, for one call, when member k's tensors
+// break the grouped kernel's assumptions (contiguous, as in Note [Two
+// pointwise variants]).
+struct CastGroup {
+  CastGroupSpec spec;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  std::vector<int> pairs;
+  std::vector<std::shared_ptr<const PointwiseGroup>> singles;
+};
+
 struct KernelGroup {
   KernelKind kind = KernelKind::AtenSequence;
   std::vector<NodeId> nodes;  // ascending: the order they run in (aten_sequence)
@@ -113,6 +130,7 @@ struct KernelGroup {
   std::shared_ptr<const MatmulSpec> matmul;         // kind == Matmul
   std::shared_ptr<const AttentionSpec> attention;   // kind == Attention
   std::shared_ptr<const ConvSpec> conv;             // kind == Conv
+  std::shared_ptr<const CastGroup> casts;           // kind == CastGroup
   // The spec text (of the fast variant for generated groups, or the
   // Matmul/Attention/ConvSpec's to_string); empty for aten_sequence groups.
   std::string spec;

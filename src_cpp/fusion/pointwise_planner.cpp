@@ -8,6 +8,7 @@
 #include "capability/registry.h"
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "fusion/cast_groups.h"
 #include "fusion/ir_match.h"
 #include "fusion/pointwise_lowering.h"
 
@@ -27,6 +28,75 @@ void merge_into(std::vector<int>& into, const std::vector<int>& from) {
   std::vector<int> out;
   std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(out));
   into.swap(out);
+}
+
+// What the planner places: a claimed group, a pointwise group, a cast group
+// or a node left to ATen.
+struct Unit {
+  std::vector<NodeId> nodes;  // ascending
+  std::shared_ptr<const PointwiseGroup> pointwise;
+  std::string why;
+  int claimed = -1;  // index into claimed.groups
+  std::shared_ptr<const CastGroup> casts;
+};
+
+// successors[u]: the units that read something unit u computes.
+std::vector<std::set<int>> unit_successors(const std::vector<Unit>& units,
+                                           const std::vector<std::vector<NodeId>>& producers) {
+  std::map<NodeId, int> unit_of;
+  for (std::size_t u = 0; u < units.size(); ++u)
+    for (NodeId n : units[u].nodes) unit_of[n] = static_cast<int>(u);
+  std::vector<std::set<int>> successors(units.size());
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    for (NodeId n : units[u].nodes) {
+      for (NodeId p : producers[static_cast<std::size_t>(n)]) {
+        auto from = unit_of.find(p);
+        if (from == unit_of.end() || from->second == static_cast<int>(u)) continue;
+        successors[static_cast<std::size_t>(from->second)].insert(static_cast<int>(u));
+      }
+    }
+  }
+  return successors;
+}
+
+// Note [Grouped casts]: the one-cast pointwise units that do not depend on
+// each other become one cast-group unit per level and device.
+void merge_cast_units(const Graph& graph, const std::vector<std::vector<NodeId>>& producers,
+                      std::vector<Unit>& units) {
+  std::vector<int> candidates;
+  std::vector<std::string> keys;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const Unit& unit = units[u];
+    if (!unit.pointwise || unit.nodes.size() != 1) continue;
+    if (!groupable_cast(graph, graph.node(unit.nodes[0]), *unit.pointwise)) continue;
+    candidates.push_back(static_cast<int>(u));
+    keys.push_back(graph.value(unit.pointwise->outputs[0]).tensor.device.str());
+  }
+  if (candidates.size() < 2) return;
+  std::vector<bool> merged(units.size(), false);
+  std::vector<Unit> groups;
+  for (std::vector<int>& set :
+       independent_cast_sets(unit_successors(units, producers), candidates, keys)) {
+    if (set.size() < 2) continue;
+    std::sort(set.begin(), set.end(), [&](int a, int b) {
+      return units[static_cast<std::size_t>(a)].nodes[0] <
+             units[static_cast<std::size_t>(b)].nodes[0];
+    });
+    Unit group;
+    std::vector<std::shared_ptr<const PointwiseGroup>> singles;
+    for (int u : set) {
+      group.nodes.push_back(units[static_cast<std::size_t>(u)].nodes[0]);
+      singles.push_back(units[static_cast<std::size_t>(u)].pointwise);
+      merged[static_cast<std::size_t>(u)] = true;
+    }
+    group.casts = build_cast_group(graph, singles);
+    groups.push_back(std::move(group));
+  }
+  std::vector<Unit> kept;
+  for (std::size_t u = 0; u < units.size(); ++u)
+    if (!merged[u]) kept.push_back(std::move(units[u]));
+  for (Unit& group : groups) kept.push_back(std::move(group));
+  units.swap(kept);
 }
 
 }  // namespace
@@ -377,12 +447,6 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   for (auto& [node, g] : group_of) g = find(g);
 
   // Parametrise: a spec per group big enough to be worth a kernel.
-  struct Unit {
-    std::vector<NodeId> nodes;
-    std::shared_ptr<const PointwiseGroup> pointwise;
-    std::string why;
-    int claimed = -1;  // index into claimed.groups
-  };
   std::vector<Unit> units;
   std::map<NodeId, int> unit_of;
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
@@ -390,7 +454,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     if (nodes.empty()) continue;  // merged into another
     if (auto c = claimed_of_group.find(static_cast<int>(gi)); c != claimed_of_group.end()) {
       for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-      units.push_back({nodes, nullptr, {}, c->second});
+      units.push_back({nodes, nullptr, {}, c->second, nullptr});
       continue;
     }
     std::string why;
@@ -417,27 +481,22 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       continue;
     }
     for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-    units.push_back({nodes, built, std::move(why), -1});
+    units.push_back({nodes, built, std::move(why), -1, nullptr});
   }
   for (NodeId n : partition_nodes) {
     if (unit_of.count(n)) continue;
     unit_of[n] = static_cast<int>(units.size());
-    units.push_back({{n}, nullptr, {}, -1});
+    units.push_back({{n}, nullptr, {}, -1, nullptr});
   }
+  if (options_.generated_kernels) merge_cast_units(graph_, index_.producers, units);
 
   // Order: Kahn over the unit graph, smallest position first (a group sits
   // at its last node), so the result is deterministic and close to FX order.
   const std::size_t count = units.size();
-  std::vector<std::set<int>> successors(count);
+  const std::vector<std::set<int>> successors = unit_successors(units, index_.producers);
   std::vector<int> indegree(count, 0);
-  for (NodeId n : partition_nodes) {
-    const int to = unit_of[n];
-    for (NodeId p : index_.producers[static_cast<std::size_t>(n)]) {
-      auto from = unit_of.find(p);
-      if (from == unit_of.end() || from->second == to) continue;
-      if (successors[static_cast<std::size_t>(from->second)].insert(to).second) ++indegree[to];
-    }
-  }
+  for (const auto& next : successors)
+    for (int s : next) ++indegree[static_cast<std::size_t>(s)];
   using Entry = std::pair<NodeId, int>;  // (position, unit)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
   auto position = [&](int u) { return units[static_cast<std::size_t>(u)].nodes.back(); };
@@ -451,6 +510,16 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     Unit& unit = units[static_cast<std::size_t>(u)];
     if (unit.claimed >= 0) {
       out.push_back(claimed.groups()[static_cast<std::size_t>(unit.claimed)]);
+    } else if (unit.casts) {
+      KernelGroup group;
+      group.kind = KernelKind::CastGroup;
+      group.nodes = unit.nodes;
+      group.casts = unit.casts;
+      group.spec = unit.casts->spec.to_string();
+      group.why = "grouped " + std::to_string(unit.nodes.size()) +
+                  " independent dtype casts into one generated multi-tensor kernel (Note "
+                  "[Grouped casts])";
+      out.push_back(std::move(group));
     } else if (unit.pointwise) {
       KernelGroup group;
       group.kind = KernelKind::Pointwise;

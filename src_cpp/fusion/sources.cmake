@@ -3,6 +3,7 @@ list(APPEND CORE_SOURCES
   fusion/type_promotion.cpp
   fusion/pointwise_lowering.cpp
   fusion/pointwise_planner.cpp
+  fusion/cast_groups.cpp
   fusion/graph_index.cpp
   fusion/claimed_groups.cpp
   fusion/matmul_spec.cpp

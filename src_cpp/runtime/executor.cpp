@@ -31,6 +31,7 @@ std::vector<ValueId> engine_outputs(const KernelGroup& group) {
   switch (group.kind) {
     case KernelKind::Pointwise: return group.pointwise->outputs;
     case KernelKind::Reduction: return group.reduction->outputs;
+    case KernelKind::CastGroup: return group.casts->outputs;
     case KernelKind::Norm: {
       std::vector<ValueId> out;
       for (const auto& [name, value] : group.norm->outputs)
@@ -100,6 +101,7 @@ const char* profiler_range(KernelKind kind) {
     case KernelKind::Pointwise: return "mybackend::pointwise";
     case KernelKind::Reduction: return "mybackend::reduction";
     case KernelKind::Norm: return "mybackend::norm";
+    case KernelKind::CastGroup: return "mybackend::cast_group";
     case KernelKind::Matmul: return "mybackend::matmul";
     case KernelKind::Attention: return "mybackend::attention";
     case KernelKind::Conv: return "mybackend::conv";
@@ -140,7 +142,8 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
       const KernelGroup& group = plan.groups[g];
       const bool generated = (group.kind == KernelKind::Pointwise && group.pointwise) ||
                              (group.kind == KernelKind::Reduction && group.reduction) ||
-                             (group.kind == KernelKind::Norm && group.norm);
+                             (group.kind == KernelKind::Norm && group.norm) ||
+                             (group.kind == KernelKind::CastGroup && group.casts);
       const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
       const bool attention = group.kind == KernelKind::Attention && group.attention;
       const bool conv = group.kind == KernelKind::Conv && group.conv;
@@ -388,6 +391,7 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
     case KernelKind::Pointwise: counters_.generated_pointwise.fetch_add(1); break;
     case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
     case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
+    case KernelKind::CastGroup: counters_.generated_cast_groups.fetch_add(1); break;
     case KernelKind::AtenSequence:
     case KernelKind::Matmul:
     case KernelKind::Attention:
@@ -424,6 +428,7 @@ ExecutionStats Executor::stats() const {
   stats.generated_pointwise_run = counters_.generated_pointwise.load();
   stats.generated_reductions_run = counters_.generated_reductions.load();
   stats.generated_norms_run = counters_.generated_norms.load();
+  stats.generated_cast_groups_run = counters_.generated_cast_groups.load();
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   stats.matmul_groups_run = counters_.matmul.load();
   stats.matmul_fallbacks = counters_.matmul_fallbacks.load();

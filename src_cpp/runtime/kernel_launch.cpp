@@ -29,38 +29,48 @@ const DeviceModules::Loaded& DeviceModules::on(int device_index) const {
   return *loaded_.emplace(device_index, std::move(entry)).first->second;
 }
 
-KernelArgs::KernelArgs(const KernelEntry& entry)
-    : entry_(entry), words_(entry.params.size()), pointers_(entry.params.size()) {
-  for (std::size_t i = 0; i < words_.size(); ++i) {
-    words_[i].fill(0);
-    pointers_[i] = words_[i].data();
+KernelArgs::KernelArgs(const KernelEntry& entry) : entry_(entry), pointers_(entry.params.size()) {
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
+  for (const KernelParam& p : entry.params) {
+    offsets.push_back(total);
+    total += std::max<std::size_t>(1, (p.size_bytes() + 7) / 8);
   }
+  words_.assign(total, 0);
+  for (std::size_t i = 0; i < pointers_.size(); ++i) pointers_[i] = words_.data() + offsets[i];
 }
 
 void KernelArgs::set_pointer(std::size_t i, const void* p) {
   MB_ASSERT(entry_.params[i].kind == KernelParam::Kind::Pointer, "parameter ",
             entry_.params[i].name, " is not a pointer");
-  words_[i][0] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
+  words(i)[0] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
 }
 
 void KernelArgs::set_int(std::size_t i, std::int64_t v) {
   MB_ASSERT(entry_.params[i].kind == KernelParam::Kind::Int64, "parameter ", entry_.params[i].name,
             " is not an int64");
-  words_[i][0] = v;
+  words(i)[0] = v;
 }
 
 void KernelArgs::set_double(std::size_t i, double v) {
   MB_ASSERT(entry_.params[i].kind == KernelParam::Kind::Float64, "parameter ",
             entry_.params[i].name, " is not a double");
   static_assert(sizeof(double) == sizeof(std::int64_t));
-  std::memcpy(words_[i].data(), &v, sizeof v);
+  std::memcpy(words(i), &v, sizeof v);
 }
 
 void KernelArgs::set_dims(std::size_t i, const std::vector<std::int64_t>& dims) {
   const KernelParam& p = entry_.params[i];
   MB_ASSERT(p.kind == KernelParam::Kind::Dims && static_cast<int>(dims.size()) == p.rank,
             "rank mismatch for ", p.name);
-  std::copy(dims.begin(), dims.end(), words_[i].begin());
+  std::copy(dims.begin(), dims.end(), words(i));
+}
+
+void KernelArgs::set_bytes(std::size_t i, const void* data, std::size_t size) {
+  const KernelParam& p = entry_.params[i];
+  MB_ASSERT(p.kind == KernelParam::Kind::Bytes && size == p.size_bytes(), "parameter ", p.name,
+            " is not a struct of ", size, " bytes");
+  std::memcpy(words(i), data, size);
 }
 
 void launch_on_stream(const DeviceModules::Loaded& loaded, CUfunction fn, std::int64_t blocks,

@@ -54,7 +54,8 @@ class DeviceModules {
   mutable std::map<int, std::unique_ptr<Loaded>> loaded_;
 };
 
-// Argument words for one entry point, filled by parameter name.
+// Argument words for one entry point, filled by parameter name: each
+// parameter gets KernelParam::size_bytes() of one zeroed buffer.
 class KernelArgs {
  public:
   explicit KernelArgs(const KernelEntry& entry);
@@ -63,11 +64,15 @@ class KernelArgs {
   void set_int(std::size_t i, std::int64_t v);
   void set_double(std::size_t i, double v);
   void set_dims(std::size_t i, const std::vector<std::int64_t>& dims);
+  // A struct passed by value (KernelParam::Kind::Bytes): exactly its size.
+  void set_bytes(std::size_t i, const void* data, std::size_t size);
   void** data() { return pointers_.data(); }
 
  private:
+  std::int64_t* words(std::size_t i) { return static_cast<std::int64_t*>(pointers_[i]); }
+
   const KernelEntry& entry_;
-  std::vector<std::array<std::int64_t, kMaxKernelRank>> words_;
+  std::vector<std::int64_t> words_;
   std::vector<void*> pointers_;
 };
 
@@ -90,9 +95,11 @@ class GeneratedKernelBase : public GeneratedKernel {
   virtual bool launch(ValueSlots& slots, const SymbolBindings& bindings,
                       PlannedOutputs& outputs) const = 0;
   bool fail(const std::string& why) const;
+  // Keeps `why` as problem() without declining the call: a part of the
+  // group took a slower path (Note [Grouped casts]).
+  void note(const std::string& why) const;
 
  private:
-  void note(const std::string& why) const;
   mutable std::mutex mutex_;
   mutable std::atomic<bool> disabled_{false};
   mutable std::string problem_;
@@ -155,6 +162,7 @@ struct KernelBuild {
 KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group);
 KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionGroup> group);
 KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group);
+KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup> group);
 
 }  // namespace mybackend
 

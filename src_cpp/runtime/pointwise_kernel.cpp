@@ -164,7 +164,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
           args.set_dims(i, t < 0 ? shape : strides[static_cast<std::size_t>(t)]);
           break;
         case KernelParam::Kind::Float64:
-          MB_ASSERT(false, "pointwise groups take no scalar arguments, got ", p.name);
+        case KernelParam::Kind::Bytes:
+          MB_ASSERT(false, "pointwise groups take no scalar or struct arguments, got ", p.name);
       }
     }
     const DeviceModules::Loaded& l = modules_.on(device_index);

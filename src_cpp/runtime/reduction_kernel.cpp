@@ -239,7 +239,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
           break;
         }
         case KernelParam::Kind::Float64:
-          MB_ASSERT(false, "reduction groups take no scalar arguments, got ", p.name);
+        case KernelParam::Kind::Bytes:
+          MB_ASSERT(false, "reduction groups take no scalar or struct arguments, got ", p.name);
       }
     }
     const DeviceModules::Loaded& l = modules_.on(device_index);

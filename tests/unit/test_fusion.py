@@ -202,3 +202,72 @@ def test_a_lone_dtype_cast_is_generated(source: torch.dtype, target: torch.dtype
 
 def _short(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "f16", F32: "f32"}[dtype]
+
+
+def test_independent_casts_share_one_kernel() -> None:
+    """Note [Grouped casts]: lone casts that do not read each other's results
+    are one multi-tensor kernel; the report and the dumps show it as its own
+    kind."""
+    from mybackend.debug.dumps import format_kernels
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return a.to(torch.bfloat16), b.to(torch.float16), c.to(torch.bfloat16)
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        inputs = [torch.empty(shape, device="cuda") for shape in ((7,), (64, 33), (2, 3, 5))]
+    lowered = lower(make_fx(fn, tracing_mode="fake")(*inputs), [])
+    report = _C.compile(lowered.graph, {"generated_kernels": True}, None).report()
+    assert [k["kind"] for k in report["kernels"]] == ["cast_group"], report["kernels"]
+    (group,) = report["kernels"]
+    assert group["nodes"] == [0, 1, 2]
+    assert group["spec"].startswith("cast_group pairs=f32->bf16,f32->f16 "), group["spec"]
+    assert "grouped 3 independent dtype casts" in group["why"]
+    assert group["compiled"] is True, group["problem"]
+    assert group["kernel"].startswith("cast_group: mb_cast_group_"), group["kernel"]
+    assert "mb::cast_chunk<float, mb::f16, PER_THREAD>" in group["source"]
+    assert "partition 0 -> cast_group" in format_kernels(report)
+    # A cast of a cast's result waits for the first: two lone casts.
+    kernels = _kernels(lambda a: a.to(torch.bfloat16).flip(0).to(F32), ((16,), F32))
+    assert "cast_group" not in [k["kind"] for k in kernels], kernels
+
+
+def test_autocast_forward_casts_its_parameters_in_one_kernel() -> None:
+    """The fp32 parameters of an autocast forward, each cast to bf16 once,
+    become one cast-group kernel instead of one launch per parameter."""
+    from torch import nn
+
+    from tests.unit.test_matmul_plan import _aot_graphs
+    from tests.unit.test_matmul_plan import _kernels as _graph_kernels
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(8, 32)
+            self.down = nn.Linear(32, 8)
+            self.norm = nn.LayerNorm(8)
+            self.head = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                h = self.down(torch.nn.functional.gelu(self.up(x), approximate="tanh"))
+                return self.head(self.norm(h + x))
+
+    forward = _aot_graphs(Block(), torch.randn(4, 8, requires_grad=True))["forward"]
+    input_casts = [
+        n
+        for n in forward.graph.nodes
+        if n.target
+        in (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+        and n.args[0].op == "placeholder"
+    ]
+    assert len(input_casts) == 7  # 3 weights, 3 biases, x
+    kernels, ops = _graph_kernels(forward, generated_kernels=True)
+    groups = [k for k in kernels if k["kind"] == "cast_group"]
+    assert len(groups) == 1, kernels
+    assert len(groups[0]["nodes"]) == len(input_casts), groups[0]
+    assert {ops[n] for n in groups[0]["nodes"]} <= {
+        "aten::_to_copy.default",
+        "prims::convert_element_type.default",
+    }
+    lone_casts = [k for k in kernels if k["kind"] == "pointwise" and len(k["nodes"]) == 1]
+    assert lone_casts == [], lone_casts

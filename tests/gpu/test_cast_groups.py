@@ -1,0 +1,125 @@
+"""GPU-marked: cast groups (Note [Grouped casts]) against eager's .to().
+
+Independent fp32 casts of odd sizes become one multi-tensor kernel; a
+non-contiguous input is cast alone (planned so, or, when only the call's
+tensor is strided, by the per-cast fallback); results are bit-exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from mybackend import _C
+from mybackend.lowering import lower
+from tests.testing import compiled_records
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [(1,), (7,), (4099,), (1 << 20,)]
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+def _launches(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+    """fn's result and how many cast-group and pointwise kernels it launched."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    return result, {
+        prefix: sum(name.startswith(prefix) for name in names)
+        for prefix in ("mb_cast_group_", "mb_pointwise_")
+    }
+
+
+def _assert_bit_exact(got: Any, expected: Any) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape and g.stride() == e.stride()
+        assert torch.equal(g.view(torch.int16), e.view(torch.int16)), (g, e)
+
+
+def _cast_all(dtype: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
+    return lambda *xs: tuple(x.to(dtype) for x in xs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_casts_of_odd_sizes_run_as_one_kernel(dtype: torch.dtype) -> None:
+    xs = [torch.randn(size, device="cuda") for size in SIZES]
+    strided = torch.randn(65, 33, device="cuda").t()  # planned as a lone cast
+    fn = _cast_all(dtype)
+    compiled = torch.compile(
+        fn, backend="mybackend", options={"strict": True, "generated_kernels": True}
+    )
+    (got, launched), records = compiled_records(lambda: _launches(lambda: compiled(*xs, strided)))
+    _assert_bit_exact(got, fn(*xs, strided))
+    (record,) = [r for r in records if r.core_report]
+    groups = [k for k in record.core_report["kernels"] if k["kind"] == "cast_group"]
+    assert len(groups) == 1 and len(groups[0]["nodes"]) == len(SIZES), groups
+    stats = record.compiled.stats()
+    assert stats["generated_cast_groups_run"] == 1, stats
+    assert stats["generated_kernel_fallbacks"] == 0, stats
+    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_strided_call_takes_the_per_cast_fallback(dtype: torch.dtype) -> None:
+    """Compiled for contiguous inputs, called with a transposed one and an
+    unaligned one: the first runs its own pointwise kernel, the second stays
+    in the group (element by element), all bit-exact."""
+    examples = [torch.randn(size, device="cuda") for size in SIZES] + [
+        torch.randn(33, 65, device="cuda")
+    ]
+    fn = _cast_all(dtype)
+    lowered = lower(make_fx(fn, tracing_mode="fake")(*examples), [])
+    compiled = _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
+    (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "cast_group"]
+    assert len(group["nodes"]) == len(examples)
+
+    storage = torch.randn(4099 + 1, device="cuda")
+    inputs = [*examples]
+    inputs[2] = storage[1:]  # contiguous, 4-byte aligned only
+    inputs[-1] = torch.randn(65, 33, device="cuda").t()  # the compiled shape, strided
+    got, launched = _launches(lambda: compiled.run(list(inputs)))
+    _assert_bit_exact([g.contiguous() for g in got], [e.contiguous() for e in fn(*inputs)])
+    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
+    stats = compiled.stats()
+    assert stats["generated_cast_groups_run"] == 1 and stats["generated_kernel_fallbacks"] == 0
+    (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "cast_group"]
+    assert "1 of 5 casts ran alone" in group["problem"], group["problem"]
+
+
+def test_more_tensors_than_one_table_holds() -> None:
+    """130 casts: two launches of the one kernel (128 tensors a table)."""
+    xs = [torch.randn(k % 9 + 1, 3, device="cuda") for k in range(130)]
+    fn = _cast_all(torch.bfloat16)
+    lowered = lower(make_fx(fn, tracing_mode="fake")(*xs), [])
+    compiled = _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
+    got, launched = _launches(lambda: compiled.run(list(xs)))
+    _assert_bit_exact(got, fn(*xs))
+    assert launched == {"mb_cast_group_": 2, "mb_pointwise_": 0}, launched
+
+
+def test_cuda_graph_replays_the_cast_group() -> None:
+    fn = torch.compile(
+        lambda a, b, c: (a.to(torch.bfloat16), b.to(torch.float16), c.to(torch.bfloat16)),
+        backend="mybackend",
+        mode="reduce-overhead",
+    )
+    records = []
+    for _ in range(4):
+        xs = [torch.randn(size, device="cuda") for size in SIZES[1:]]
+        got, new = compiled_records(lambda xs=xs: fn(*xs))
+        records += new
+        expected = (xs[0].to(torch.bfloat16), xs[1].to(torch.float16), xs[2].to(torch.bfloat16))
+        _assert_bit_exact(got, expected)
+    stats: dict[str, int] = {}
+    for record in records:
+        for key, value in record.compiled.stats().items():
+            stats[key] = stats.get(key, 0) + value
+    assert stats["cuda_graph_captures"] == 1 and stats["cuda_graph_replays"] >= 2, stats
+    assert stats["generated_cast_groups_run"] >= 1, stats
