@@ -1,6 +1,5 @@
 #include "runtime/cuda_graph_runner.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -119,10 +118,10 @@ struct CudaGraphRunner::Impl {
   std::atomic<std::int64_t> captures{0}, replays{0};
   std::atomic<std::int64_t> input_bytes_copied{0}, output_bytes_moved{0};
 
-  bool is_static(std::size_t i) const {
-    return std::find(policy.static_inputs.begin(), policy.static_inputs.end(),
-                     static_cast<int>(i)) != policy.static_inputs.end();
-  }
+  std::vector<bool> static_mask;  // by input position, from policy.static_inputs
+
+  // Asked for every input of every call: a lookup, not a search of the list.
+  bool is_static(std::size_t i) const { return i < static_mask.size() && static_mask[i]; }
 
   // Note [Signature words]: a replay's signature is built on every call
   // (ResNet-50's inference graph has about 270 tensor inputs), so it is a
@@ -330,6 +329,12 @@ CudaGraphRunner::CudaGraphRunner(const Executor& executor, CudaGraphPolicy polic
   // Inputs the graph writes to must stay the caller's own tensors.
   for (int position : mutated_inputs(executor.graph())) {
     impl_->policy.static_inputs.push_back(position);
+  }
+  for (int position : impl_->policy.static_inputs) {
+    if (position < 0) continue;
+    const auto at = static_cast<std::size_t>(position);
+    if (at >= impl_->static_mask.size()) impl_->static_mask.resize(at + 1, false);
+    impl_->static_mask[at] = true;
   }
 }
 
