@@ -14,19 +14,22 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions
 
+from mybackend.batch_norm import batch_norm_backward, batch_norm_training
+
 aten = torch.ops.aten
 
 # Kept whole: fused attention kernels and the layer-norm and softmax backward
 # kernels are faster than the matmul/softmax/reduction chains the
 # decompositions produce (the softmax backwards are one generated row-wise
-# kernel on CUDA: src_cpp/fusion/norm_lowering.h). Batch-norm backward runs
-# as ATen's kernel, as eager's does: decomposed it is ~15 nodes per batch norm
-# (ResNet-50's backward graph doubles, 1037 -> 1938 nodes), which costs
-# aot_autograd about a third of its trace and partition time
-# (docs/performance.md, "Compile time").
+# kernel on CUDA: src_cpp/fusion/norm_lowering.h). Batch-norm backward
+# replaces core ATen's decomposition with mybackend's own (ADDED): core's is
+# ~15 nodes per batch norm (ResNet-50's backward graph doubles, 1037 -> 1938
+# nodes), which costs aot_autograd about a third of its trace and partition
+# time (docs/performance.md, "Compile time"); mybackend's keeps the op whole
+# outside CUDA channels-last training and is one reduction and a few
+# elementwise nodes inside it.
 KEPT_WHOLE: tuple[str, ...] = (
     "aten.native_layer_norm_backward.default",
-    "aten.native_batch_norm_backward.default",
     "aten._softmax_backward_data.default",
     "aten._log_softmax_backward_data.default",
     "aten.scaled_dot_product_attention.default",
@@ -70,14 +73,19 @@ def batch_norm_inference(
     return out.to(x.dtype), empty, empty.clone()
 
 
+# The training batch-norm ones return NotImplemented where they do not apply
+# (Note [Training batch norm] in batch_norm.py): aot_autograd then keeps the
+# op whole.
 ADDED: dict[Any, Callable[..., Any]] = {
     aten._native_batch_norm_legit_no_training.default: batch_norm_inference,
+    aten._native_batch_norm_legit_functional.default: batch_norm_training,
+    aten.native_batch_norm_backward.default: batch_norm_backward,
 }
 
 
 @cache
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
     """Core-ATen decompositions minus the ops in KEPT_WHOLE, plus ADDED."""
-    table = dict(core_aten_decompositions())
+    table = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in KEPT_WHOLE}
     table.update(ADDED)
-    return {op: fn for op, fn in table.items() if str(op) not in KEPT_WHOLE}
+    return table

@@ -89,3 +89,22 @@ def run_in_fresh_python(
         env=child_env,
         check=False,
     )
+
+
+def run_generated_norm(fn: Callable[..., Any], *inputs: torch.Tensor) -> list[torch.Tensor]:
+    """Traces fn (one norm op) on `inputs`, compiles it with generated
+    kernels, runs it once and checks that the generated norm kernel ran
+    (not the op's ATen implementation); returns the outputs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mybackend import _C
+    from mybackend.lowering import lower
+
+    lowered = lower(make_fx(fn, tracing_mode="fake")(*inputs), [])
+    compiled = _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
+    out = compiled.run(list(inputs))
+    torch.cuda.synchronize()
+    stats = compiled.stats()
+    assert stats["generated_norms_run"] == 1, (stats, compiled.report()["kernels"])
+    assert stats["generated_kernel_fallbacks"] == 0, compiled.report()["kernels"]
+    return list(out)

@@ -19,13 +19,21 @@ void register_normalization_ops(CapabilityRegistry& registry) {
     registry.add(op, OpClass::Normalization, floating);
   }
   // mybackend/cross_entropy.py: class logits, int64 targets, fp32 rows.
-  auto cross_entropy = predicates::all_of(
-      {predicates::tensors_with_dtypes(
-           {DType::Float16, DType::BFloat16, DType::Float32, DType::Int64}),
-       predicates::max_rank(2)});
+  auto cross_entropy =
+      predicates::all_of({predicates::tensors_with_dtypes(
+                              {DType::Float16, DType::BFloat16, DType::Float32, DType::Int64}),
+                          predicates::max_rank(2)});
   for (const char* op :
        {"mybackend::cross_entropy_forward.default", "mybackend::cross_entropy_backward.default"}) {
     registry.add(op, OpClass::Normalization, cross_entropy);
+  }
+  // mybackend/batch_norm.py: channels-last activations, fp32 per-channel results.
+  auto batch_norm = predicates::all_of(
+      {predicates::tensors_with_dtypes({DType::Float16, DType::BFloat16, DType::Float32}),
+       predicates::max_rank(8)});
+  for (const char* op :
+       {"mybackend::batch_norm_stats.default", "mybackend::batch_norm_backward_reduce.default"}) {
+    registry.add(op, OpClass::Normalization, batch_norm);
   }
 }
 

@@ -46,6 +46,11 @@ struct Entry {
     abi.params.push_back({KernelParam::Kind::Int64, name});
     call_args.push_back(index ? "static_cast<I>(" + name + ")" : name);
   }
+  void float64(const std::string& name) {
+    params << ",\n    const double " << name;
+    abi.params.push_back({KernelParam::Kind::Float64, name});
+    call_args.push_back(name);
+  }
   void sizes(bool with_eps) {
     params << ",\n    const long long rows,\n    const long long cols";
     abi.params.push_back({KernelParam::Kind::Int64, "rows"});
@@ -86,6 +91,9 @@ Names names_of(const NormSpec& spec) {
   n.stats = emit::compute_type(spec.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
   std::vector<DType> dtypes = {spec.dtype, spec.out_dtype};
   if (spec.has_weight || spec.has_bias) dtypes.push_back(spec.weight_dtype);
+  // Batch norm's reductions read only x (and grad_out, of x's dtype) by
+  // vectors; their fp32 results are per channel.
+  if (is_batch_norm(spec.kind)) dtypes = {spec.dtype};
   n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
   n.chunks = launch_tuning().norm_vec_per_thread;
   return n;
@@ -163,6 +171,51 @@ std::string cross_entropy_entries(const NormSpec& spec, const Names& n, Entry& e
       ", I, " + std::to_string(vec) + ">");
 }
 
+// Batch norm's reductions (Note [Channel tiles] in device/mb_batch_norm.cuh):
+// entry 0 reduces row chunks into a workspace of partials (a block of
+// kChannelBlock threads), entry 1 combines them per channel (a block of
+// kTotalsBlock threads) and writes the results.
+std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& partials,
+                               Entry& totals) {
+  const bool stats = spec.kind == NormKind::BatchNormStats;
+  const std::string partial = stats ? "mb::Welford<float>" : "mb::Pair<float>";
+  if (!stats) partials.pointer(n.t, "grad_out", true);
+  partials.pointer(n.t, "x", true);
+  if (!stats) partials.pointer("float", "mean", true);
+  partials.pointer(partial, "partials", false);
+  partials.int64("rows");
+  partials.int64("cols");
+  partials.int64("splits");
+  totals.pointer(partial, "partials", true);
+  if (stats) {
+    totals.pointer("float", "mean", false);
+    totals.pointer("float", "invstd", false);
+    totals.pointer(n.w, "running_mean", true);
+    totals.pointer(n.w, "running_var", true);
+    totals.pointer(n.w, "new_running_mean", false);
+    totals.pointer(n.w, "new_running_var", false);
+  } else {
+    totals.pointer("float", "invstd", true);
+    totals.pointer("float", "grad_bias", false);
+    totals.pointer("float", "grad_weight", false);
+  }
+  totals.int64("cols");
+  totals.int64("splits");
+  if (stats) {
+    totals.float64("momentum");
+    totals.float64("eps");
+  }
+  partials.abi.elements_per_thread = n.vec;
+  const std::string vec = std::to_string(n.vec);
+  const std::string unroll = std::to_string(launch_tuning().bn_row_unroll);
+  return partials.write(std::string(stats ? "mb::batch_norm_stats_partials<"
+                                          : "mb::batch_norm_backward_partials<") +
+                        n.t + ", I, " + vec + ", " + unroll + ">") +
+         "\n" +
+         totals.write(stats ? "mb::batch_norm_stats_totals<" + n.w + ", I>"
+                            : std::string("mb::batch_norm_backward_totals<I>"));
+}
+
 // Backward norms have one entry point for grad_in (block per row) and, when
 // the weight/bias grads are asked for, two more that reduce over rows in
 // chunks (Note [Split parameter grads] in device/mb_norm.cuh).
@@ -198,6 +251,12 @@ std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Ent
          partials.write("mb::norm_backward_param_partials<" + n.t + ", I, " + b(rms) + ">") + "\n" +
          totals.write("mb::norm_backward_param_totals<" + n.w + ", " + n.stats + ", I, " +
                       b(spec.has_weight) + ", " + b(has_bias) + ">");
+}
+
+const char* device_header(NormKind kind) {
+  if (is_cross_entropy(kind)) return "mb_cross_entropy.cuh";
+  if (is_batch_norm(kind)) return "mb_batch_norm.cuh";
+  return "mb_norm.cuh";
 }
 
 }  // namespace
@@ -237,16 +296,25 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       break;
     case NormKind::CrossEntropyForward:
     case NormKind::CrossEntropyBackward: entries = cross_entropy_entries(spec, n, main); break;
+    case NormKind::BatchNormStats:
+    case NormKind::BatchNormBackward:
+      main.abi.name = base + "_partials";
+      main.abi.block_x = 256;  // kChannelBlock
+      totals.abi.name = base + "_totals";
+      totals.abi.block_x = 1024;  // kTotalsBlock
+      totals.abi.block_y = 1;
+      entries = batch_norm_entries(spec, n, main, totals);
+      break;
   }
   std::ostringstream src;
   src << emit::comment_block(spec.to_string())
-      << emit::approx_math_define(emit::approx_math_level(stored_dtypes(spec)))
-      << (is_cross_entropy(spec.kind) ? "#include \"mb_cross_entropy.cuh\"\n\n"
-                                      : "#include \"mb_norm.cuh\"\n\n")
-      << (partials.abi.params.empty() ? "" : outer_tile_assert()) << "typedef "
-      << emit::index_type(spec.index64) << " I;\n\n"
+      << emit::approx_math_define(emit::approx_math_level(stored_dtypes(spec))) << "#include \""
+      << device_header(spec.kind) << "\"\n\n"
+      << (partials.abi.params.empty() && !is_batch_norm(spec.kind) ? "" : outer_tile_assert())
+      << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
+  if (is_batch_norm(spec.kind)) kernel.entries.push_back(totals.abi);
   if (!partials.abi.params.empty()) {
     kernel.entries.push_back(partials.abi);
     kernel.entries.push_back(totals.abi);

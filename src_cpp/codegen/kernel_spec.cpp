@@ -53,6 +53,8 @@ std::string_view norm_kind_name(NormKind kind) {
     case NormKind::RmsNormBackward: return "rms_norm_backward";
     case NormKind::CrossEntropyForward: return "cross_entropy";
     case NormKind::CrossEntropyBackward: return "cross_entropy_backward";
+    case NormKind::BatchNormStats: return "batch_norm_stats";
+    case NormKind::BatchNormBackward: return "batch_norm_backward_reduce";
   }
   return "?";
 }

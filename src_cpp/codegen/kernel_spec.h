@@ -210,6 +210,11 @@ enum class NormKind : std::int8_t {
   // lse are fp32, one per row.
   CrossEntropyForward,   // x, target -> loss, lse
   CrossEntropyBackward,  // grad_loss, x, target, lse -> grad_in
+  // Training batch norm's per-channel reductions over [rows, channels] with
+  // the channels contiguous (device/mb_batch_norm.cuh); fp32 results.
+  // weight_dtype is the running statistics' dtype.
+  BatchNormStats,     // x, running_mean, running_var -> mean, invstd, new running stats
+  BatchNormBackward,  // grad_out, x, mean, invstd -> grad_bias, grad_weight
 };
 std::string_view norm_kind_name(NormKind kind);
 // Softmax or log-softmax forward: one row in, one row out.
@@ -218,6 +223,9 @@ inline bool is_softmax_forward(NormKind kind) {
 }
 inline bool is_cross_entropy(NormKind kind) {
   return kind == NormKind::CrossEntropyForward || kind == NormKind::CrossEntropyBackward;
+}
+inline bool is_batch_norm(NormKind kind) {
+  return kind == NormKind::BatchNormStats || kind == NormKind::BatchNormBackward;
 }
 
 // Row-wise over the last dim of a [rows, cols] view with contiguous rows

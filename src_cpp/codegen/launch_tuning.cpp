@@ -35,7 +35,10 @@ std::string LaunchTuning::to_string() const {
          " norm_vec_per_thread=" + std::to_string(norm_vec_per_thread) +
          " norm_blocks_per_sm=" + std::to_string(norm_blocks_per_sm) +
          " softmax_block=" + std::to_string(softmax_block) +
-         " softmax_blocks_per_sm=" + std::to_string(softmax_blocks_per_sm);
+         " softmax_blocks_per_sm=" + std::to_string(softmax_blocks_per_sm) +
+         " bn_row_unroll=" + std::to_string(bn_row_unroll) +
+         " bn_blocks_per_sm=" + std::to_string(bn_blocks_per_sm) +
+         " bn_chunk_passes=" + std::to_string(bn_chunk_passes);
 }
 
 LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
@@ -53,6 +56,11 @@ LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
       knob(env, "MYBACKEND_SOFTMAX_BLOCK", t.softmax_block, {64, 128, 256, 512, 1024});
   t.softmax_blocks_per_sm = knob(env, "MYBACKEND_SOFTMAX_BLOCKS_PER_SM", t.softmax_blocks_per_sm,
                                  {0, 1, 2, 4, 8, 16, 32});
+  t.bn_row_unroll = knob(env, "MYBACKEND_BN_ROW_UNROLL", t.bn_row_unroll, {1, 2, 4, 8});
+  t.bn_blocks_per_sm =
+      knob(env, "MYBACKEND_BN_BLOCKS_PER_SM", t.bn_blocks_per_sm, {1, 2, 4, 8, 16, 32});
+  t.bn_chunk_passes =
+      knob(env, "MYBACKEND_BN_CHUNK_PASSES", t.bn_chunk_passes, {1, 2, 4, 8, 16, 32, 64});
   return t;
 }
 

@@ -34,6 +34,11 @@ struct LaunchTuning {
   // favour smaller, uncapped blocks than the norms (docs/performance.md sweep).
   int softmax_block = 128;        // MYBACKEND_SOFTMAX_BLOCK
   int softmax_blocks_per_sm = 0;  // MYBACKEND_SOFTMAX_BLOCKS_PER_SM
+  // Batch-norm reductions' chunk stage (Note [Channel tiles] in
+  // device/mb_batch_norm.cuh).
+  int bn_row_unroll = 4;     // MYBACKEND_BN_ROW_UNROLL: rows a thread loads before accumulating
+  int bn_blocks_per_sm = 4;  // MYBACKEND_BN_BLOCKS_PER_SM: blocks wanted per SM
+  int bn_chunk_passes = 8;   // MYBACKEND_BN_CHUNK_PASSES: unrolled passes a chunk has at least
 
   // Threads per block and grid cap of a row-wise kernel of `softmax_forward`
   // kind (softmax/log-softmax forward) or any other norm kind.

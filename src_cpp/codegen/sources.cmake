@@ -34,6 +34,7 @@ set(_mb_device_headers
   mb_reduction.cuh
   mb_norm.cuh
   mb_cross_entropy.cuh
+  mb_batch_norm.cuh
   mb_cast_table.cuh
   mb_cast_group.cuh)
 set(MB_DEVICE_SOURCE_ENTRIES "")

@@ -205,6 +205,12 @@ std::string validate(const NormSpec& spec) {
     if (spec.has_weight || spec.has_bias) return "cross-entropy has no class weights here";
     return {};
   }
+  if (is_batch_norm(spec.kind)) {
+    if (spec.dtype == DType::Float64) return "batch-norm kernels take fp32, bf16 or fp16 data";
+    if (spec.out_dtype != DType::Float32) return "batch-norm statistics are fp32";
+    if (spec.has_weight || spec.has_bias) return "batch-norm reductions read no weight or bias";
+    return {};
+  }
   // Note [Norm outputs in 16 bits]: a layer norm forward may write y in
   // another floating dtype.
   if (!softmax_forward && spec.kind != NormKind::LayerNormForward && spec.out_dtype != spec.dtype)

@@ -99,6 +99,7 @@ struct NormGroup {
   int normalized_dims = 1;  // cols = product of the last normalized_dims sizes of `rows_of`
   ValueId rows_of = -1;     // the value whose shape is [rows..., cols...]
   double eps = 0.0;
+  double momentum = 0.0;          // batch-norm statistics only
   std::int64_t ignore_index = 0;  // cross-entropy only
   // Kernel pointer parameter name ("x", "weight", "grad_out", ...) -> value.
   // Inputs are read, outputs are allocated by the runtime (IR sizes).

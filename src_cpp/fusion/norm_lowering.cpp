@@ -135,6 +135,75 @@ std::string match_cross_entropy(const Graph& graph, const Node& node, NormMatch*
   return finish(g, {node.id}, out);
 }
 
+// mybackend::batch_norm_stats(x, running_mean, running_var, momentum, eps)
+//   -> (mean, invstd, new_running_mean, new_running_var)
+// mybackend::batch_norm_backward_reduce(grad_out, x, mean, invstd)
+//   -> (grad_bias, grad_weight)
+// (mybackend/batch_norm.py). x is [N, C, ...] with the channels innermost in
+// memory; per-channel results are fp32.
+std::string match_batch_norm(const Graph& graph, const Node& node, NormMatch* out) {
+  const bool stats = node.op == "mybackend::batch_norm_stats.default";
+  const std::size_t x_arg = stats ? 0 : 1;
+  const TensorType* x = tensor_arg(graph, node, x_arg);
+  if (x == nullptr || node.outputs.size() != (stats ? 4u : 2u)) return "unexpected arguments";
+  if (x->rank() < 2) return "batch norm over fewer than 2 dims";
+  if (std::string p = tensor_problem(*x, x->device, "the input"); !p.empty()) return p;
+  if (x->dtype == DType::Float64) return "fp64 batch norm runs as ATen";
+  // Channels not innermost: the kernel would need a transposed copy of the
+  // whole activation; ATen reads that layout as it is.
+  const Dim& channel_stride = x->strides[1];
+  if (channel_stride.is_static() && channel_stride.static_value() != 1 &&
+      !(x->sizes[1].is_static() && x->sizes[1].static_value() == 1))
+    return "the channels are not innermost in memory (not channels-last)";
+  NormGroup g;
+  g.rows_of = node.args[x_arg].value;
+  g.spec.kind = stats ? NormKind::BatchNormStats : NormKind::BatchNormBackward;
+  g.spec.dtype = x->dtype;
+  g.spec.out_dtype = DType::Float32;
+  g.spec.weight_dtype = x->dtype;
+  g.inputs = {{"x", node.args[x_arg].value}};
+  if (stats) {
+    const TensorType* running_mean = tensor_arg(graph, node, 1);
+    const TensorType* running_var = tensor_arg(graph, node, 2);
+    const Argument& momentum = arg_at(node, 3);
+    const Argument& eps = arg_at(node, 4);
+    if (running_mean == nullptr || running_var == nullptr) return "unexpected arguments";
+    for (const TensorType* t : {running_mean, running_var}) {
+      if (std::string p = tensor_problem(*t, x->device, "a running statistic"); !p.empty())
+        return p;
+    }
+    if (running_mean->dtype != running_var->dtype)
+      return "the running statistics have different dtypes";
+    if (momentum.kind != Argument::Kind::Float || eps.kind != Argument::Kind::Float)
+      return "momentum or eps is not a constant";
+    g.spec.weight_dtype = running_mean->dtype;
+    g.momentum = momentum.f;
+    g.eps = eps.f;
+    g.inputs.push_back({"running_mean", node.args[1].value});
+    g.inputs.push_back({"running_var", node.args[2].value});
+    g.outputs = {{"mean", node.outputs[0]},
+                 {"invstd", node.outputs[1]},
+                 {"new_running_mean", node.outputs[2]},
+                 {"new_running_var", node.outputs[3]}};
+  } else {
+    const TensorType* grad = tensor_arg(graph, node, 0);
+    const TensorType* mean = tensor_arg(graph, node, 2);
+    const TensorType* invstd = tensor_arg(graph, node, 3);
+    if (grad == nullptr || mean == nullptr || invstd == nullptr) return "unexpected arguments";
+    if (grad->dtype != x->dtype || grad->device != x->device || grad->rank() != x->rank())
+      return "grad_out and x differ in dtype, device or rank";
+    for (const TensorType* t : {mean, invstd}) {
+      if (t->dtype != DType::Float32 || t->device != x->device)
+        return "the saved statistics are not fp32 on x's device";
+    }
+    g.inputs.push_back({"grad_out", node.args[0].value});
+    g.inputs.push_back({"mean", node.args[2].value});
+    g.inputs.push_back({"invstd", node.args[3].value});
+    g.outputs = {{"grad_bias", node.outputs[0]}, {"grad_weight", node.outputs[1]}};
+  }
+  return finish(g, {node.id}, out);
+}
+
 // Trailing normalized dims: weight/bias (when present) have exactly those sizes.
 std::string normalized_dims(const Node& node, std::int64_t rank, int* count) {
   const Argument& shape = arg_at(node, node.op == "aten::native_layer_norm.default" ? 1 : 2);
@@ -395,7 +464,13 @@ bool is_norm_anchor(const std::string& op) {
          op == "aten::_softmax_backward_data.default" ||
          op == "aten::_log_softmax_backward_data.default" ||
          op == "aten::native_layer_norm.default" ||
-         op == "aten::native_layer_norm_backward.default" || is_cross_entropy_op(op);
+         op == "aten::native_layer_norm_backward.default" || is_cross_entropy_op(op) ||
+         is_batch_norm_op(op);
+}
+
+bool is_batch_norm_op(const std::string& op) {
+  return op == "mybackend::batch_norm_stats.default" ||
+         op == "mybackend::batch_norm_backward_reduce.default";
 }
 
 bool is_cross_entropy_op(const std::string& op) {
@@ -447,6 +522,8 @@ std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partitio
   std::string problem;
   if (is_cross_entropy_op(node.op)) {
     problem = match_cross_entropy(index.graph, node, out);
+  } else if (is_batch_norm_op(node.op)) {
+    problem = match_batch_norm(index.graph, node, out);
   } else if (node.op.find("softmax") != std::string::npos && is_norm_anchor(node.op)) {
     problem = match_softmax(index.graph, node, out);
   } else if (node.op.find("native_layer_norm") != std::string::npos) {

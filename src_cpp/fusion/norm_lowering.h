@@ -1,7 +1,23 @@
 // Row-wise normalizations -> NormSpec: softmax and log_softmax (forward and
 // backward), native_layer_norm and its backward, RMS norm as core ATen
-// leaves it (pow/mean/add/rsqrt/mul, Note [RMS-norm chain]), and
-// mybackend's cross-entropy ops.
+// leaves it (pow/mean/add/rsqrt/mul, Note [RMS-norm chain]),
+// mybackend's cross-entropy ops, and mybackend's training batch-norm
+// reductions.
+//
+// Note [Batch-norm reductions]
+// mybackend/batch_norm.py (Note [Training batch norm]) rewrites a CUDA
+// training batch norm over channels-last data into two per-channel
+// reductions and elementwise ops that the pointwise planner fuses with the
+// ReLU or residual add around them:
+//   batch_norm_stats(x, running_mean, running_var, momentum, eps)
+//     -> mean, invstd (fp32), new running_mean, new running_var
+//   batch_norm_backward_reduce(grad_out, x, mean, invstd)
+//     -> grad_bias = sum(dy), grad_weight = sum(dy * (x - mean)) * invstd (fp32)
+// Each is a norm group of two launches (device/mb_batch_norm.cuh): row
+// chunks of [rows, channels] into per-channel partials, then the partials
+// combined in chunk order (deterministic, as eager's). x must have its
+// channels innermost; a layout the IR knows is not (NCHW) is refused and
+// the op runs as ATen through its Python implementation.
 //
 // Note [RMS-norm chain]
 // F.rms_norm / nn.RMSNorm decompose to
@@ -37,5 +53,7 @@ std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partitio
 bool is_norm_anchor(const std::string& op);
 // mybackend's fused cross-entropy ops (mybackend/cross_entropy.py).
 bool is_cross_entropy_op(const std::string& op);
+// mybackend's training batch-norm reductions (mybackend/batch_norm.py).
+bool is_batch_norm_op(const std::string& op);
 
 }  // namespace mybackend

@@ -23,13 +23,11 @@ constexpr int kBlocksPerSm = 8;
 bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& bindings,
                                       PlannedOutputs& planned) const {
   const NormGroup& g = *group_;
-  std::map<std::string, at::Tensor> tensors;
-  std::string why;
-  for (const auto& [name, value] : g.inputs) {
-    auto t =
-        cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name), &why);
-    if (!t) return fail(name + why);
-    tensors[name] = name == "x" ? *t : t->contiguous();
+  auto inputs = input_tensors(slots);
+  if (!inputs) return false;
+  std::map<std::string, at::Tensor>& tensors = *inputs;
+  for (auto& [name, t] : tensors) {
+    if (name != "x") t = t.contiguous();
   }
   at::Tensor& x = tensors.at("x");
   if (x.dim() != 2) return fail("the logits are not [rows, classes]");
@@ -64,7 +62,7 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
                                         {"cols", cols},
                                         {"row_stride", row_stride},
                                         {"ignore_index", g.ignore_index}},
-                                       0.0);
+                                       {});
     launch_on_stream(l, l.functions[v][0], capped_grid(rows, l.sm_count, kBlocksPerSm), entry, args,
                      x.device().index());
   }

@@ -24,6 +24,13 @@ DType stats_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType
 }  // namespace
 
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
+  if (is_batch_norm(spec.kind)) {
+    if (name == "running_mean" || name == "running_var" || name == "new_running_mean" ||
+        name == "new_running_var")
+      return spec.weight_dtype;
+    if (name == "x" || name == "grad_out") return spec.dtype;
+    return DType::Float32;  // mean, invstd, grad_bias, grad_weight
+  }
   if (name == "weight" || name == "bias" || name == "grad_weight" || name == "grad_bias")
     return spec.weight_dtype;
   if (name == "mean" || name == "rstd") return stats_dtype(spec.dtype);
@@ -35,7 +42,8 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
 
 KernelArgs norm_kernel_args(const KernelEntry& entry,
                             const std::map<std::string, at::Tensor>& tensors,
-                            const std::map<std::string, std::int64_t>& ints, double eps) {
+                            const std::map<std::string, std::int64_t>& ints,
+                            const std::map<std::string, double>& floats) {
   KernelArgs args(entry);
   for (std::size_t i = 0; i < entry.params.size(); ++i) {
     const KernelParam& p = entry.params[i];
@@ -44,8 +52,9 @@ KernelArgs norm_kernel_args(const KernelEntry& entry,
       MB_ASSERT(it != tensors.end(), "norm kernel parameter ", p.name, " has no tensor");
       args.set_pointer(i, it->second.data_ptr());
     } else if (p.kind == KernelParam::Kind::Float64) {
-      MB_ASSERT(p.name == "eps", "unexpected norm kernel parameter ", p.name);
-      args.set_double(i, eps);
+      auto it = floats.find(p.name);
+      MB_ASSERT(it != floats.end(), "unexpected norm kernel parameter ", p.name);
+      args.set_double(i, it->second);
     } else {
       auto it = ints.find(p.name);
       MB_ASSERT(it != ints.end(), "unexpected norm kernel parameter ", p.name);
@@ -55,10 +64,27 @@ KernelArgs norm_kernel_args(const KernelEntry& entry,
   return args;
 }
 
+std::optional<std::map<std::string, at::Tensor>> NormKernel::input_tensors(
+    const ValueSlots& slots) const {
+  std::map<std::string, at::Tensor> tensors;
+  std::string why;
+  for (const auto& [name, value] : group_->inputs) {
+    auto t = cuda_tensor(slots[static_cast<std::size_t>(value)],
+                         norm_tensor_dtype(group_->spec, name), &why);
+    if (!t) {
+      fail(name + why);
+      return std::nullopt;
+    }
+    tensors[name] = *t;
+  }
+  return tensors;
+}
+
 bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
                         PlannedOutputs& planned) const {
   const NormGroup& g = *group_;
   if (is_cross_entropy(g.spec.kind)) return launch_cross_entropy(slots, bindings, planned);
+  if (is_batch_norm(g.spec.kind)) return launch_batch_norm(slots, bindings, planned);
   const auto shape = evaluate_dims(graph_.value(g.rows_of).tensor.sizes, bindings);
   if (!shape) return fail("a size depends on an unbound symbol");
   const std::size_t split = shape->size() - static_cast<std::size_t>(g.normalized_dims);
@@ -124,8 +150,8 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   for (std::size_t e = 0; e < entries.size(); ++e) {
     const KernelEntry entry =
         e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
-    KernelArgs args = norm_kernel_args(entry, tensors,
-                                       {{"rows", rows}, {"cols", cols}, {"splits", splits}}, g.eps);
+    KernelArgs args = norm_kernel_args(
+        entry, tensors, {{"rows", rows}, {"cols", cols}, {"splits", splits}}, {{"eps", g.eps}});
     // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
     // (parameter grads): a column tile of one row chunk, then of all chunks.
     const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;

@@ -1,12 +1,14 @@
 // Generated norm groups at run time (CUDA builds only): softmax and
 // log_softmax, layer norm and RMS norm (norm_kernel.cpp), and cross-entropy
-// (cross_entropy_kernel.cpp), whose logits keep their row stride.
+// (cross_entropy_kernel.cpp), whose logits keep their row stride, and
+// training batch norm's per-channel reductions (batch_norm_kernel.cpp).
 #pragma once
 
 #ifdef MYBACKEND_WITH_CUDA
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "runtime/kernel_launch.h"
@@ -22,6 +24,11 @@ class NormKernel final : public GroupKernel<NormGroup> {
               PlannedOutputs& planned) const override;
   bool launch_cross_entropy(ValueSlots& slots, const SymbolBindings& bindings,
                             PlannedOutputs& planned) const;
+  bool launch_batch_norm(ValueSlots& slots, const SymbolBindings& bindings,
+                         PlannedOutputs& planned) const;
+  // The group's input tensors by kernel name, each a CUDA tensor of the
+  // dtype the kernel reads; std::nullopt (after fail()) when one is not.
+  std::optional<std::map<std::string, at::Tensor>> input_tensors(const ValueSlots& slots) const;
 };
 
 // The dtype of the kernel tensor a norm group names `name` ("x", "weight",
@@ -29,10 +36,12 @@ class NormKernel final : public GroupKernel<NormGroup> {
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name);
 
 // Arguments of a norm entry point by parameter name: pointers from
-// `tensors`, integers from `ints`, the one floating parameter is eps.
+// `tensors`, integers from `ints`, floating parameters (eps, momentum) from
+// `floats`.
 KernelArgs norm_kernel_args(const KernelEntry& entry,
                             const std::map<std::string, at::Tensor>& tensors,
-                            const std::map<std::string, std::int64_t>& ints, double eps);
+                            const std::map<std::string, std::int64_t>& ints,
+                            const std::map<std::string, double>& floats);
 
 }  // namespace mybackend
 

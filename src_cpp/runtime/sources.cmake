@@ -7,5 +7,5 @@ list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
 list(APPEND RUNTIME_SOURCES runtime/cuda_driver.cpp runtime/generated_kernel.cpp
   runtime/kernel_launch.cpp runtime/pointwise_kernel.cpp runtime/cast_group_kernel.cpp
   runtime/reduction_kernel.cpp
-  runtime/norm_kernel.cpp runtime/cross_entropy_kernel.cpp runtime/matmul_group.cpp runtime/attention_group.cpp
+  runtime/norm_kernel.cpp runtime/cross_entropy_kernel.cpp runtime/batch_norm_kernel.cpp runtime/matmul_group.cpp runtime/attention_group.cpp
   runtime/conv_group.cpp)

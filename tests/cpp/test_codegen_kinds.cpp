@@ -271,6 +271,68 @@ TEST(CodegenNorm, EveryKindAndDtypeCompiles) {
   compile_all(cases);
 }
 
+// Note [Batch-norm reductions]: two entry points (row-chunk partials, then
+// per-channel totals); vector reads of x only in the aligned variant. The
+// block sizes are the device code's kChannelBlock and kTotalsBlock.
+TEST(CodegenNorm, BatchNormReductionsCompileForEveryDtypeAndLayout) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::BatchNormStats, NormKind::BatchNormBackward}) {
+    for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+      for (bool aligned : {true, false}) {
+        NormSpec spec;
+        spec.kind = kind;
+        spec.dtype = dtype;
+        spec.out_dtype = DType::Float32;
+        spec.weight_dtype = dtype == DType::Float32 ? DType::Float32 : DType::BFloat16;
+        spec.aligned = aligned;
+        spec.index64 = !aligned;
+        ASSERT_EQ(validate(spec), "") << spec.to_string();
+        const EmittedKernel kernel = emit_norm(spec);
+        ASSERT_EQ(kernel.entries.size(), 2u);
+        EXPECT_EQ(kernel.entries[0].block_x * kernel.entries[0].block_y, 256);
+        EXPECT_EQ(kernel.entries[1].block_x * kernel.entries[1].block_y, 1024);
+        const int vec = aligned ? 16 / dtype_size_bytes(dtype) : 1;
+        EXPECT_EQ(kernel.entries[0].elements_per_thread, vec) << spec.to_string();
+        cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype) +
+                             (aligned ? "/aligned" : "/general"),
+                         kernel});
+      }
+    }
+  }
+  compile_all(cases);
+
+  NormSpec stats;
+  stats.kind = NormKind::BatchNormStats;
+  stats.dtype = DType::BFloat16;
+  stats.out_dtype = stats.weight_dtype = DType::Float32;
+  auto names = [](const KernelEntry& e) {
+    std::vector<std::string> params;
+    for (const auto& p : e.params) params.push_back(p.name);
+    return params;
+  };
+  const EmittedKernel kernel = emit_norm(stats);
+  EXPECT_EQ(names(kernel.entries[0]),
+            (std::vector<std::string>{"x", "partials", "rows", "cols", "splits"}));
+  EXPECT_EQ(names(kernel.entries[1]),
+            (std::vector<std::string>{"partials", "mean", "invstd", "running_mean", "running_var",
+                                      "new_running_mean", "new_running_var", "cols", "splits",
+                                      "momentum", "eps"}));
+  NormSpec fp64 = stats;
+  fp64.dtype = DType::Float64;
+  EXPECT_NE(validate(fp64).find("fp32, bf16 or fp16"), std::string::npos);
+  NormSpec half_stats = stats;
+  half_stats.out_dtype = DType::BFloat16;
+  EXPECT_NE(validate(half_stats).find("fp32"), std::string::npos);
+
+  NormSpec backward = stats;
+  backward.kind = NormKind::BatchNormBackward;
+  const EmittedKernel sums = emit_norm(backward);
+  EXPECT_EQ(names(sums.entries[0]), (std::vector<std::string>{"grad_out", "x", "mean", "partials",
+                                                              "rows", "cols", "splits"}));
+  EXPECT_EQ(names(sums.entries[1]), (std::vector<std::string>{"partials", "invstd", "grad_bias",
+                                                              "grad_weight", "cols", "splits"}));
+}
+
 TEST(CodegenNorm, BackwardEmitsParameterGradKernel) {
   NormSpec spec;
   spec.kind = NormKind::LayerNormBackward;

@@ -9,17 +9,14 @@ to prove the generated kernel ran, not the ATen implementation."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import mybackend
-from mybackend import _C
 from mybackend.cross_entropy import cross_entropy_backward, cross_entropy_forward
-from mybackend.lowering import lower
+from tests.testing import run_generated_norm
 
 pytestmark = [pytest.mark.gpu]
 
@@ -28,17 +25,6 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 # fp32 sums of up to 50257 exps in another order than logsumexp's.
 TOL = {"rtol": 2e-5, "atol": 2e-5}
 GRAD_TOL = {F32: TOL, F16: {"rtol": 2e-3, "atol": 1e-5}, BF16: {"rtol": 1.6e-2, "atol": 1e-5}}
-
-
-def _run_generated(fn: Callable[..., Any], *inputs: torch.Tensor) -> list[torch.Tensor]:
-    lowered = lower(make_fx(fn, tracing_mode="fake")(*inputs), [])
-    compiled = _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
-    out = compiled.run(list(inputs))
-    torch.cuda.synchronize()
-    stats = compiled.stats()
-    assert stats["generated_norms_run"] == 1, (stats, compiled.report()["kernels"])
-    assert stats["generated_kernel_fallbacks"] == 0, compiled.report()["kernels"]
-    return list(out)
 
 
 def _logits(rows: int, cols: int, dtype: torch.dtype, layout: str) -> torch.Tensor:
@@ -73,13 +59,13 @@ def test_forward_and_backward_kernels(
     x, target = _logits(rows, cols, dtype, layout), _targets(rows, cols)
     ops = torch.ops.mybackend
 
-    loss, lse = _run_generated(lambda x, t: ops.cross_entropy_forward(x, t, IGNORE), x, target)
+    loss, lse = run_generated_norm(lambda x, t: ops.cross_entropy_forward(x, t, IGNORE), x, target)
     want_loss, want_lse = cross_entropy_forward(x, target, IGNORE)
     torch.testing.assert_close(lse, want_lse, **TOL)
     torch.testing.assert_close(loss, want_loss, **TOL)
 
     grad_loss = torch.rand(rows, device="cuda")
-    (grad,) = _run_generated(
+    (grad,) = run_generated_norm(
         lambda g, x, t, s: ops.cross_entropy_backward(g, x, t, s, IGNORE), grad_loss, x, target, lse
     )
     want = cross_entropy_backward(grad_loss, x, target, want_lse, IGNORE)
@@ -90,7 +76,7 @@ def test_forward_and_backward_kernels(
 
 def test_out_of_range_target_gives_nan_not_a_crash() -> None:
     x, target = _logits(4, 10, F32, "contiguous"), torch.tensor([1, 10, -3, 2], device="cuda")
-    loss, _ = _run_generated(
+    loss, _ = run_generated_norm(
         lambda x, t: torch.ops.mybackend.cross_entropy_forward(x, t, IGNORE), x, target
     )
     assert loss[1].isnan() and loss[2].isnan() and not loss[0].isnan() and not loss[3].isnan()

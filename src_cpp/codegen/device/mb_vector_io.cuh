@@ -101,4 +101,23 @@ __device__ __forceinline__ void store_compute(T* __restrict__ p, const C (&in)[N
   }
 }
 
+// N elements p[0], p[stride], ... of a strided operand, into compute
+// registers: one vector access when the elements are adjacent and p is
+// aligned for it, one load when they are all the same element.
+template <int N, class T, class C, class I>
+__device__ __forceinline__ void load_strided_vector(const T* __restrict__ p, I stride,
+                                                    C (&out)[N]) {
+  typedef VecTraits<T, N> Tr;
+  if (stride == 1 && reinterpret_cast<unsigned long long>(p) % Tr::kChunkBytes == 0) {
+    load_compute<N>(p, out);
+  } else if (stride == 0) {
+    const C value = to_compute(p[0]);
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = value;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = to_compute(p[static_cast<I>(k) * stride]);
+  }
+}
+
 }  // namespace mb

@@ -1,0 +1,304 @@
+// Training batch norm's per-channel reductions (Note [Batch-norm reductions]
+// in fusion/norm_lowering.h): the forward's mean and inverse standard
+// deviation (with the running statistics' update), and the backward's
+// parameter gradients sum(dy) and sum(dy * (x - mean)) * invstd. The data
+// is viewed as [rows, cols] with the channels (cols) contiguous:
+// channels-last images, or [N, C].
+#pragma once
+
+#include "mb_norm.cuh"
+
+namespace mb {
+
+// Note [Channel tiles]
+// A block of kChannelBlock threads is `lanes` threads across the channels,
+// each owning VEC adjacent channels read as one vector, times
+// kChannelBlock / lanes row groups walking the rows. lanes is the smallest
+// power of two whose vectors cover the channels, at most the block: 8 for 64
+// bf16 channels (32 rows at a time), 256 for 2048. Wider rows take several
+// column tiles. Each block reduces one row chunk of one column tile (each
+// thread loading U rows before it accumulates them), merges
+// its row groups in shared memory and writes one partial per channel; a
+// second kernel (channel_totals) combines each channel's partials in a
+// fixed order, so results do not depend on timing. The launcher
+// (batch_norm_kernel.cpp) computes lanes and the chunk count the same way.
+enum : int { kChannelBlock = 256 };
+
+template <int VEC>
+__device__ __forceinline__ int channel_lanes(long long cols) {
+  int lanes = 1;
+  while (lanes < kChannelBlock && static_cast<long long>(lanes) * VEC < cols) lanes *= 2;
+  return lanes;
+}
+
+// Where one thread works for block job b: its channels, its rows.
+template <class I>
+struct ChannelSlice {
+  I channel;  // the first of this thread's VEC channels
+  I row;      // this thread's first row
+  I end;      // one past the chunk's last row
+  I step;     // rows per pass: the number of row groups
+  I split;    // the chunk
+  int lane;
+  int group;
+  int groups;
+};
+
+// Column tiles of `cols` channels.
+template <int VEC, class I>
+__device__ __forceinline__ I channel_tiles(I cols) {
+  const I tile_cols = static_cast<I>(channel_lanes<VEC>(cols)) * VEC;
+  return (cols + tile_cols - 1) / tile_cols;
+}
+
+template <int VEC, class I>
+__device__ __forceinline__ ChannelSlice<I> channel_slice(I b, I rows, I cols, I splits) {
+  const int lanes = channel_lanes<VEC>(cols);
+  const I tile_cols = static_cast<I>(lanes) * VEC;
+  const I tiles = channel_tiles<VEC>(cols);
+  const I chunk = (rows + splits - 1) / splits;
+  ChannelSlice<I> s;
+  s.lane = static_cast<int>(threadIdx.x) % lanes;
+  s.group = static_cast<int>(threadIdx.x) / lanes;
+  s.groups = kChannelBlock / lanes;
+  s.split = b / tiles;
+  s.channel = (b % tiles) * tile_cols + static_cast<I>(s.lane) * VEC;
+  const I first = s.split * chunk;
+  s.end = first + chunk < rows ? first + chunk : rows;
+  s.row = first + s.group;
+  s.step = s.groups;
+  return s;
+}
+
+// Merges the row groups' accumulators into group 0's (a tree in shared
+// memory). Every thread of the block (BLOCK threads) calls it; inactive
+// lanes pass identities.
+template <class R, int VEC, int BLOCK>
+__device__ __forceinline__ void merge_row_groups(typename R::AccT (&acc)[VEC], int lane, int group,
+                                                 int groups, int lanes) {
+  __shared__ typename R::AccT tile[BLOCK * VEC];
+  const int mine = (group * lanes + lane) * VEC;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) tile[mine + k] = acc[k];
+  __syncthreads();
+  for (int half = groups / 2; half > 0; half /= 2) {
+    if (group < half) {
+      const int other = ((group + half) * lanes + lane) * VEC;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        acc[k] = R::combine(acc[k], tile[other + k]);
+        tile[mine + k] = acc[k];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The chunk stage's threads load U rows (the emitter's choice, from
+// MYBACKEND_BN_ROW_UNROLL) before they accumulate them: loads in flight,
+// not a chain of one load, one update. The totals stage batches its loads
+// the same way.
+enum : int { kTotalsUnroll = 4 };
+
+// Stage two: a block of 32 channels x kTotalsGroups groups of chunks. Each
+// thread combines every kTotalsGroups-th chunk of its channel (loads
+// batched by kTotalsUnroll), the groups merge in shared memory, and
+// `finish` stores the channel's results. Fixed order: deterministic.
+enum : int { kTotalsLanes = 32, kTotalsGroups = 32, kTotalsBlock = kTotalsLanes * kTotalsGroups };
+
+template <class R, class I, class Finish>
+__device__ __forceinline__ void channel_totals(const typename R::AccT* __restrict__ partials,
+                                               const Finish& finish, I cols, I splits) {
+  typedef typename R::AccT Acc;
+  constexpr int U = kTotalsUnroll;
+  const int lane = static_cast<int>(threadIdx.x) % kTotalsLanes;
+  const int group = static_cast<int>(threadIdx.x) / kTotalsLanes;
+  for (I tile = blockIdx.x; tile * kTotalsLanes < cols; tile += gridDim.x) {
+    const I c = tile * kTotalsLanes + lane;
+    Acc acc[1] = {R::identity()};
+    if (c < cols) {
+      I s = group;
+      for (; s + (U - 1) * kTotalsGroups < splits; s += U * kTotalsGroups) {
+        Acc p[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) p[u] = partials[(s + u * kTotalsGroups) * cols + c];
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc[0] = R::combine(acc[0], p[u]);
+      }
+      for (; s < splits; s += kTotalsGroups) acc[0] = R::combine(acc[0], partials[s * cols + c]);
+    }
+    merge_row_groups<R, 1, kTotalsBlock>(acc, lane, group, kTotalsGroups, kTotalsLanes);
+    if (group == 0 && c < cols) finish(c, acc[0]);
+  }
+}
+
+// Stage one of the statistics: per (chunk, channel), the Welford state of
+// the chunk's values. A thread sums its values shifted by the first one it
+// reads of each channel, (v - shift) and (v - shift)^2, and turns the sums
+// into a Welford state once: a few adds per element where Welford's update
+// divides by the count for every row (measured on an H100: 1.3 TB/s with
+// per-row Welford updates on 103 MB of bf16, where a copy moves 3 TB/s).
+// Shifting by a sample of the same channel keeps the sums of the order of
+// the spread, so the variance does not lose digits to a large mean.
+template <class T, class I, int VEC, int U>
+__device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ x,
+                                                          Welford<float>* __restrict__ partials,
+                                                          I rows, I cols, I splits) {
+  typedef WelfordReducer<float> R;
+  const int lanes = channel_lanes<VEC>(cols);
+  for (I b = blockIdx.x; b < channel_tiles<VEC>(cols) * splits; b += gridDim.x) {
+    const ChannelSlice<I> s = channel_slice<VEC>(b, rows, cols, splits);
+    float shift[VEC], sum[VEC], squares[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) shift[k] = sum[k] = squares[k] = 0.f;
+    float count = 0.f;
+    if (s.channel < cols && s.row < s.end) {
+      load_compute<VEC>(x + s.row * cols + s.channel, shift);
+      for (I r = s.row; r < s.end; r += U * s.step) {
+        float v[U][VEC];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (r + u * s.step < s.end)
+            load_compute<VEC>(x + (r + u * s.step) * cols + s.channel, v[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (r + u * s.step >= s.end) break;
+          count += 1.f;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            const float d = v[u][k] - shift[k];
+            sum[k] += d;
+            squares[k] = fmaf(d, d, squares[k]);
+          }
+        }
+      }
+    }
+    R::AccT acc[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float mean = count > 0.f ? sum[k] / count : 0.f;
+      acc[k] = R::AccT{shift[k] + mean, fmaxf(squares[k] - sum[k] * mean, 0.f), count};
+    }
+    merge_row_groups<R, VEC, kChannelBlock>(acc, s.lane, s.group, s.groups, lanes);
+    if (s.group == 0 && s.channel < cols) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) partials[s.split * cols + s.channel + k] = acc[k];
+    }
+  }
+}
+
+// Finishes a channel: the saved mean and 1 / sqrt(var + eps) (biased
+// variance, as ATen saves them) and the running statistics moved by
+// `momentum` towards the batch's mean and unbiased variance.
+template <class W>
+struct BatchNormStatsFinish {
+  float* __restrict__ mean;
+  float* __restrict__ invstd;
+  const W* __restrict__ running_mean;
+  const W* __restrict__ running_var;
+  W* __restrict__ new_running_mean;
+  W* __restrict__ new_running_var;
+  float momentum;
+  float eps;
+  template <class I>
+  __device__ void operator()(I c, Welford<float> acc) const {
+    const float var = acc.m2 / acc.n;
+    mean[c] = acc.mean;
+    invstd[c] = 1.f / sqrtf(var + eps);
+    const float unbiased = acc.m2 / (acc.n - 1.f);
+    new_running_mean[c] =
+        from_compute<W>(momentum * acc.mean + (1.f - momentum) * to_compute(running_mean[c]));
+    new_running_var[c] =
+        from_compute<W>(momentum * unbiased + (1.f - momentum) * to_compute(running_var[c]));
+  }
+};
+
+template <class W, class I>
+__device__ __forceinline__ void batch_norm_stats_totals(
+    const Welford<float>* __restrict__ partials, float* __restrict__ mean,
+    float* __restrict__ invstd, const W* __restrict__ running_mean,
+    const W* __restrict__ running_var, W* __restrict__ new_running_mean,
+    W* __restrict__ new_running_var, I cols, I splits, double momentum, double eps) {
+  const BatchNormStatsFinish<W> finish{mean,
+                                       invstd,
+                                       running_mean,
+                                       running_var,
+                                       new_running_mean,
+                                       new_running_var,
+                                       static_cast<float>(momentum),
+                                       static_cast<float>(eps)};
+  channel_totals<WelfordReducer<float> >(partials, finish, cols, splits);
+}
+
+// Stage one of the backward sums: per (chunk, channel), sum(dy) and
+// sum(dy * (x - mean)).
+template <class T, class I, int VEC, int U>
+__device__ __forceinline__ void batch_norm_backward_partials(const T* __restrict__ grad_out,
+                                                             const T* __restrict__ x,
+                                                             const float* __restrict__ mean,
+                                                             Pair<float>* __restrict__ partials,
+                                                             I rows, I cols, I splits) {
+  typedef PairSumReducer<float> R;
+  const int lanes = channel_lanes<VEC>(cols);
+  for (I b = blockIdx.x; b < channel_tiles<VEC>(cols) * splits; b += gridDim.x) {
+    const ChannelSlice<I> s = channel_slice<VEC>(b, rows, cols, splits);
+    R::AccT acc[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) acc[k] = R::identity();
+    if (s.channel < cols) {
+      float mu[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) mu[k] = mean[s.channel + k];
+      for (I r = s.row; r < s.end; r += U * s.step) {
+        float g[U][VEC], v[U][VEC];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (r + u * s.step >= s.end) continue;
+          const I at = (r + u * s.step) * cols + s.channel;
+          load_compute<VEC>(grad_out + at, g[u]);
+          load_compute<VEC>(x + at, v[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (r + u * s.step >= s.end) break;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            acc[k].a += g[u][k];
+            acc[k].b += g[u][k] * (v[u][k] - mu[k]);
+          }
+        }
+      }
+    }
+    merge_row_groups<R, VEC, kChannelBlock>(acc, s.lane, s.group, s.groups, lanes);
+    if (s.group == 0 && s.channel < cols) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) partials[s.split * cols + s.channel + k] = acc[k];
+    }
+  }
+}
+
+// The parameter gradients of a channel: grad_bias = sum(dy) and
+// grad_weight = sum(dy * (x - mean)) * invstd, in fp32.
+struct BatchNormBackwardFinish {
+  const float* __restrict__ invstd;
+  float* __restrict__ grad_bias;
+  float* __restrict__ grad_weight;
+  template <class I>
+  __device__ void operator()(I c, Pair<float> sums) const {
+    grad_bias[c] = sums.a;
+    grad_weight[c] = sums.b * invstd[c];
+  }
+};
+
+template <class I>
+__device__ __forceinline__ void batch_norm_backward_totals(const Pair<float>* __restrict__ partials,
+                                                           const float* __restrict__ invstd,
+                                                           float* __restrict__ grad_bias,
+                                                           float* __restrict__ grad_weight, I cols,
+                                                           I splits) {
+  const BatchNormBackwardFinish finish{invstd, grad_bias, grad_weight};
+  channel_totals<PairSumReducer<float> >(partials, finish, cols, splits);
+}
+
+}  // namespace mb
