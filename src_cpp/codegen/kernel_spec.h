@@ -276,6 +276,16 @@ std::string validate(const ReductionSpec& spec);
 std::string validate(const NormSpec& spec);
 std::string validate(const CastGroupSpec& spec);
 
+// A group's fast and general variants (Note [Two pointwise variants]):
+// empty when both can be emitted, else "invalid spec: <reason>".
+template <class Spec>
+std::string validate_variants(const Spec& fast, const Spec& general) {
+  for (const Spec* s : {&fast, &general}) {
+    if (std::string p = validate(*s); !p.empty()) return "invalid spec: " + p;
+  }
+  return {};
+}
+
 // DTypes generated kernels handle (no complex, no fp8 yet).
 bool codegen_supports_dtype(DType dtype);
 

@@ -15,4 +15,5 @@ list(APPEND CORE_SOURCES
   fusion/conv_planner.cpp
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
-  fusion/reduction_planner.cpp)
+  fusion/reduction_planner.cpp
+  fusion/prologue.cpp)
