@@ -1,7 +1,7 @@
 // Elementwise prologues: the producers a generated kernel recomputes at each
-// element it loads instead of reading their stored result. A planner whose
-// kernel reads its input element by element (the reduction planner, Note
-// [Reduction groups]) takes them with the functions here.
+// element it loads instead of reading their stored result. The reduction
+// planner (Note [Reduction groups]) and the pool planner (Note [Pool
+// groups]) take them the same way, with the functions here.
 #pragma once
 
 #include <functional>

@@ -16,4 +16,5 @@ list(APPEND CORE_SOURCES
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
   fusion/reduction_planner.cpp
-  fusion/prologue.cpp)
+  fusion/prologue.cpp
+  fusion/pool_planner.cpp)

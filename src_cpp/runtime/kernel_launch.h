@@ -176,10 +176,12 @@ KernelBuild two_variant_build(KernelKind kind, const Graph& graph,
   };
   return build;
 }
+
 KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group);
 KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionGroup> group);
 KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group);
 KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup> group);
+KernelBuild pool_build(const Graph& graph, std::shared_ptr<const PoolGroup> group);
 
 }  // namespace mybackend
 

@@ -1,8 +1,9 @@
 // Stage 8a: max-pool kernels (Note [Pool groups] in fusion/pool_planner.h).
 // Every variant (NCHW/NHWC, with and without a prologue, indices stored or
 // not, fp32/bf16/fp16, 32- and 64-bit offsets, each read mode) emits and
-// compiles with NVRTC to PTX for compute_90; the PTX of the channels-last
-// kernels shows 16-byte accesses and no local memory.
+// compiles with NVRTC to PTX for compute_90, as do the specs the planner
+// makes; the PTX of the channels-last kernels shows 16-byte accesses and no
+// local memory.
 #include <gtest/gtest.h>
 
 #if MYBACKEND_WITH_CODEGEN
@@ -12,6 +13,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/kernel_spec.h"
+#include "pool_graphs.h"
 #include "ptx_testing.h"
 
 namespace mybackend {
@@ -127,6 +129,35 @@ TEST(CodegenPool, KernelTakesSizesAndWindowAsArguments) {
   // No size, window or ceil_mode is baked into the source.
   EXPECT_EQ(k.source.find("ceil"), std::string::npos);
   EXPECT_NE(k.source.find("mb::max_pool2d<true, 8, I>"), std::string::npos) << k.source;
+}
+
+TEST(CodegenPool, PlannedGroupsCompileToPtx) {
+  std::vector<StemOptions> graphs;
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (bool channels_last : {false, true}) {
+      StemOptions o;
+      o.dtype = dtype;
+      o.channels_last = channels_last;
+      graphs.push_back(o);
+      o.indices_read = true;
+      o.sizes = {3, 12, 11, 7};
+      graphs.push_back(o);
+      o.batch_norm = false;
+      o.dilation = {2, 2};
+      graphs.push_back(o);
+    }
+  }
+  std::vector<PoolSpec> specs;
+  for (const StemOptions& o : graphs) {
+    GraphBuilder b;
+    stem_pool(b, o);
+    Planned p = plan(b);
+    auto pools = p.groups(KernelKind::Pool);
+    ASSERT_EQ(pools.size(), 1u) << p.plan.to_string();
+    specs.push_back(pools[0]->pool->spec);
+    specs.push_back(pools[0]->pool->general);
+  }
+  compile_all(specs);
 }
 
 }  // namespace
