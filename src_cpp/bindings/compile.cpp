@@ -133,6 +133,7 @@ std::string generated_source(const KernelGroup& group) {
     if (group.kind == KernelKind::Norm && group.norm) return emit_norm(group.norm->spec).source;
     if (group.kind == KernelKind::CastGroup && group.casts)
       return emit_cast_group(group.casts->spec).source;
+    if (group.kind == KernelKind::Pool && group.pool) return emit_pool(group.pool->spec).source;
     return {};
   } catch (const std::exception& e) {
     return std::string("(source unavailable: ") + e.what() + ")";
@@ -210,6 +211,7 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["generated_reductions_run"] = stats.generated_reductions_run;
   out["generated_norms_run"] = stats.generated_norms_run;
   out["generated_cast_groups_run"] = stats.generated_cast_groups_run;
+  out["generated_pools_run"] = stats.generated_pools_run;
   out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
   out["matmul_groups_run"] = stats.matmul_groups_run;
   out["matmul_fallbacks"] = stats.matmul_fallbacks;

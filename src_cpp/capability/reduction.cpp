@@ -1,5 +1,8 @@
 // Reductions over one or more dimensions; CUDA engine I fuses their
-// elementwise producers (prologue) and consumers (epilogue).
+// elementwise producers (prologue) and consumers (epilogue). A 2-d max pool
+// is a reduction over windows: engine I generates it with its prologue
+// (Note [Pool groups] in fusion/pool_planner.h); its backward, a scatter of
+// gradients, stays with the data-movement ops (view.cpp).
 #include "capability/predicates.h"
 
 namespace mybackend {
@@ -12,7 +15,8 @@ void register_reduction_ops(CapabilityRegistry& registry) {
                          "aten::prod.default", "aten::prod.dim_int", "aten::any.default",
                          "aten::any.dim", "aten::any.dims", "aten::all.default",
                          "aten::all.dim", "aten::max.dim", "aten::min.dim",
-                         "aten::max.default", "aten::min.default"}) {
+                         "aten::max.default", "aten::min.default",
+                         "aten::max_pool2d_with_indices.default"}) {
     registry.add(op, OpClass::Reduction, numeric);
   }
   for (const char* op : {"aten::mean.dim", "aten::mean.default", "aten::var.correction",

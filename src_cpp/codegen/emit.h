@@ -1,6 +1,7 @@
 // Stage 8a: spec -> CUDA C++ source. One emitter per kernel kind
-// (emit_pointwise.cpp, emit_reduction.cpp, emit_norm.cpp); the parts that do
-// not vary live in device/*.cuh, which every program gets as headers.
+// (emit_pointwise.cpp, emit_reduction.cpp, emit_norm.cpp, emit_cast_group.cpp,
+// emit_pool.cpp); the parts that do not vary live in device/*.cuh, which
+// every program gets as headers.
 //
 // Note [Kernel ABI]
 // Each entry point is extern "C" (its name is the symbol the runtime looks
@@ -55,5 +56,6 @@ EmittedKernel emit_pointwise(const PointwiseSpec& spec);
 EmittedKernel emit_reduction(const ReductionSpec& spec);
 EmittedKernel emit_norm(const NormSpec& spec);
 EmittedKernel emit_cast_group(const CastGroupSpec& spec);
+EmittedKernel emit_pool(const PoolSpec& spec);
 
 }  // namespace mybackend

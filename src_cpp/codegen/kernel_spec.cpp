@@ -41,6 +41,19 @@ std::string_view reduce_strategy_name(ReduceStrategy strategy) {
   return strategy == ReduceStrategy::BlockPerRow ? "block_per_row" : "warp_per_row";
 }
 
+std::string_view pool_layout_name(PoolLayout layout) {
+  return layout == PoolLayout::ChannelsLast ? "nhwc" : "nchw";
+}
+
+std::string_view pool_read_name(PoolRead read) {
+  switch (read) {
+    case PoolRead::Window: return "window";
+    case PoolRead::Channel: return "channel";
+    case PoolRead::Strided: return "strided";
+  }
+  return "?";
+}
+
 std::string_view norm_kind_name(NormKind kind) {
   switch (kind) {
     case NormKind::SoftmaxForward: return "softmax";
@@ -173,15 +186,47 @@ std::string CastGroupSpec::to_string() const {
 
 std::uint64_t CastGroupSpec::hash() const { return fnv1a64(to_string()); }
 
+std::string PoolSpec::to_string() const {
+  std::ostringstream out;
+  out << "max_pool2d layout=" << pool_layout_name(layout) << " dtype=" << dtype_short_name(dtype)
+      << " vector=" << std::to_string(vector) << " indices=" << flag(store_indices)
+      << " index=" << (index64 ? "i64" : "i32") << " threads=" << std::to_string(threads) << "\n";
+  out << "  reads=";
+  for (std::size_t k = 0; k < reads.size(); ++k) out << (k ? "," : "") << pool_read_name(reads[k]);
+  out << "\n";
+  if (prologue) {
+    out << "  prologue:\n";
+    indent_into(out, prologue->to_string(), "    ");
+  }
+  return out.str();
+}
+
+std::uint64_t PoolSpec::hash() const { return fnv1a64(to_string()); }
+
+namespace {
+
+// The prologue of a kernel that reads `input` as it is: one load, stored
+// nowhere (the kernel takes output 0 as its value).
+PointwiseSpec identity_prologue(const TensorArg& input, int rank, bool index64) {
+  PointwiseSpec p;
+  p.rank = rank;
+  p.index64 = index64;
+  p.inputs = {input};
+  p.instrs = {PwInstr{PwOp::Load, input.dtype, {}, 0}};
+  p.outputs = {PwOutput{TensorArg{input.dtype, IndexMode::Contiguous, 0}, 0}};
+  return p;
+}
+
+}  // namespace
+
 PointwiseSpec effective_prologue(const ReductionSpec& spec) {
   if (spec.prologue) return *spec.prologue;
-  PointwiseSpec p;
-  p.rank = spec.input_rank;
-  p.index64 = spec.index64;
-  p.inputs = {spec.input};
-  p.instrs = {PwInstr{PwOp::Load, spec.input.dtype, {}, 0}};
-  p.outputs = {PwOutput{TensorArg{spec.input.dtype, IndexMode::Contiguous, 0}, 0}};
-  return p;
+  return identity_prologue(spec.input, spec.input_rank, spec.index64);
+}
+
+PointwiseSpec effective_prologue(const PoolSpec& spec) {
+  if (spec.prologue) return *spec.prologue;
+  return identity_prologue(TensorArg{spec.dtype, IndexMode::Contiguous, 0}, 4, spec.index64);
 }
 
 PointwiseSpec effective_epilogue(const ReductionSpec& spec) {

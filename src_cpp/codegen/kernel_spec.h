@@ -275,6 +275,63 @@ struct CastGroupSpec {
 // 16-byte vectors of the narrower dtype for 16-bit <-> f32 casts.
 enum : int { kCastElementsPerThread = 16 };
 
+// ---- max pooling ------------------------------------------------------------
+
+// The memory order of a pool kernel's output, which it walks: NCHW
+// (contiguous) or NHWC (channels-last). Window reads of the prologue are
+// dense in the same order.
+enum class PoolLayout : std::int8_t { Contiguous, ChannelsLast };
+std::string_view pool_layout_name(PoolLayout layout);
+
+// How a pool kernel finds the element (n, c, h, w) of one prologue input
+// over the window space [N, C, H, W] (the pool's input shape).
+enum class PoolRead : std::int8_t {
+  // Dense in the spec's layout and of the window space's shape: read at the
+  // window element's own offset (NHWC: `vector` channels at once).
+  Window,
+  // One value per channel, element c at ptr[c] (a [1, C, 1, 1] or [C, 1, 1]
+  // broadcast, e.g. batch norm's scale and shift): read once per output
+  // element, before the window loop.
+  Channel,
+  // At sum_d coord_d * stride_d over [N, C, H, W]; the four strides are a
+  // kernel argument, stride 0 broadcasts.
+  Strided,
+};
+std::string_view pool_read_name(PoolRead read);
+
+// aten::max_pool2d_with_indices over a 4-D input, one output element (NCHW)
+// or `vector` adjacent channels of one output pixel (NHWC) per thread
+// (Note [Pool groups] in fusion/pool_planner.h).
+//
+// The value pooled at each window element is `dtype`'s element of the input
+// read as is, or, with a prologue, the prologue's output 0 (a PointwiseSpec
+// of rank 4 over the window space, recomputed for every window element it
+// covers; its outputs are not stored, and its TensorArgs give only dtypes:
+// `reads` says how each input is indexed). Kernel size, stride, padding,
+// dilation and every size are kernel arguments (Note [Specs hold no
+// sizes]); ceil_mode only changes the output size, which the caller passes.
+//
+// Semantics are eager's CUDA kernel's: a window element wins when it is
+// greater than the best so far or NaN (so a NaN propagates), ties keep the
+// first element in scan order (rows, then columns), the index is h * W + w
+// within the input plane, padding is never read or selected.
+struct PoolSpec {
+  DType dtype = DType::Float32;  // the pooled values, input side and output
+  PoolLayout layout = PoolLayout::Contiguous;
+  int vector = 1;  // channels per thread; above 1 only for ChannelsLast
+  bool store_indices = false;
+  std::optional<PointwiseSpec> prologue;
+  std::vector<PoolRead> reads;  // per prologue input, or for the input alone
+  bool index64 = false;
+  int threads = 256;
+
+  std::string to_string() const;
+  std::uint64_t hash() const;
+};
+
+// The prologue with the implicit identity one (load `dtype`) filled in.
+PointwiseSpec effective_prologue(const PoolSpec& spec);
+
 // ---- validation -------------------------------------------------------------
 
 // Empty when the spec can be emitted, else the reason it cannot: the
@@ -283,6 +340,17 @@ std::string validate(const PointwiseSpec& spec);
 std::string validate(const ReductionSpec& spec);
 std::string validate(const NormSpec& spec);
 std::string validate(const CastGroupSpec& spec);
+std::string validate(const PoolSpec& spec);
+
+// A group's fast and general variants (Note [Two pointwise variants]):
+// empty when both can be emitted, else "invalid spec: <reason>".
+template <class Spec>
+std::string validate_variants(const Spec& fast, const Spec& general) {
+  for (const Spec* s : {&fast, &general}) {
+    if (std::string p = validate(*s); !p.empty()) return "invalid spec: " + p;
+  }
+  return {};
+}
 
 // DTypes generated kernels handle (no complex, no fp8 yet).
 bool codegen_supports_dtype(DType dtype);

@@ -16,6 +16,7 @@ list(APPEND CODEGEN_SOURCES
   codegen/emit_reduction.cpp
   codegen/emit_norm.cpp
   codegen/emit_cast_group.cpp
+  codegen/emit_pool.cpp
   codegen/device_sources.cpp
   codegen/nvrtc.cpp
   codegen/compile_pool.cpp
@@ -36,7 +37,8 @@ set(_mb_device_headers
   mb_cross_entropy.cuh
   mb_batch_norm.cuh
   mb_cast_table.cuh
-  mb_cast_group.cuh)
+  mb_cast_group.cuh
+  mb_pool.cuh)
 set(MB_DEVICE_SOURCE_ENTRIES "")
 foreach(_mb_header ${_mb_device_headers})
   set(_mb_path ${CMAKE_CURRENT_LIST_DIR}/device/${_mb_header})

@@ -240,4 +240,33 @@ std::string validate(const CastGroupSpec& spec) {
   return {};
 }
 
+std::string validate(const PoolSpec& spec) {
+  if (std::string p = check_threads(spec.threads); !p.empty()) return p;
+  if (!is_floating(spec.dtype) || !codegen_supports_dtype(spec.dtype))
+    return "max pooling takes floating values, got " + name(spec.dtype);
+  // A thread's channels are one access of at most 16 bytes (a multiple of
+  // the index type's alignment too: indices are stored as vectors of i64).
+  const int widest = 16 / dtype_size_bytes(spec.dtype);
+  if (spec.vector < 1 || spec.vector > widest || (spec.vector & (spec.vector - 1)) != 0)
+    return "vector must be a power of two in [1, " + std::to_string(widest) + "] for " +
+           name(spec.dtype) + ", got " + std::to_string(spec.vector);
+  if (spec.vector > 1 && spec.layout != PoolLayout::ChannelsLast)
+    return "only channels-last pooling reads channel vectors";
+  const PointwiseSpec prologue = effective_prologue(spec);
+  if (prologue.rank != 4) return "the prologue's iteration space is [N, C, H, W] (rank 4)";
+  if (prologue.outputs.size() != 1)
+    return "the prologue must have exactly one output (the value pooled)";
+  if (std::string p = validate(prologue); !p.empty()) return "prologue: " + p;
+  if (prologue.outputs[0].tensor.dtype != spec.dtype)
+    return "the prologue's output is " + name(prologue.outputs[0].tensor.dtype) +
+           ", the pool's values " + name(spec.dtype);
+  for (const PwScalar& s : prologue.scalars) {
+    if (s.is_argument) return "pool prologues take their scalars as literals, not arguments";
+  }
+  if (spec.reads.size() != prologue.inputs.size())
+    return "one read mode per prologue input: " + std::to_string(spec.reads.size()) + " for " +
+           std::to_string(prologue.inputs.size());
+  return {};
+}
+
 }  // namespace mybackend

@@ -9,6 +9,7 @@
 #include "fusion/graph_index.h"
 #include "fusion/matmul_planner.h"
 #include "fusion/pointwise_planner.h"
+#include "fusion/pool_planner.h"
 #include "fusion/reduction_planner.h"
 
 namespace mybackend {
@@ -23,6 +24,7 @@ std::string_view kernel_kind_name(KernelKind kind) {
     case KernelKind::Attention: return "attention";
     case KernelKind::Conv: return "conv";
     case KernelKind::CastGroup: return "cast_group";
+    case KernelKind::Pool: return "pool";
   }
   return "unknown";
 }
@@ -82,13 +84,17 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     }
     // Claiming planners in order (Note [Claimed groups]): attention first
     // (its products and softmax are one cuDNN graph), then products and
-    // convolutions, then reductions and norms; elementwise groups grow around
+    // convolutions, then reductions and norms, then max pools (their
+    // prologue is what no reduction took); elementwise groups grow around
     // them.
     ClaimedGroups claimed;
     if (cuda && options.attention) claim_attention_groups(*index, nodes, claimed);
     if (cuda && options.matmul) matmul->claim(nodes, claimed);
     if (cuda && options.conv) conv->claim(nodes, claimed);
-    if (cuda && options.generated_kernels) claim_reduction_groups(*index, nodes, claimed);
+    if (cuda && options.generated_kernels) {
+      claim_reduction_groups(*index, nodes, claimed);
+      claim_pool_groups(*index, nodes, claimed);
+    }
     if (cuda && (options.generated_kernels || !claimed.groups().empty())) {
       partition_plan.groups = pointwise->plan(nodes, claimed);
     } else {

@@ -17,11 +17,13 @@
 // generated pointwise kernel each (pointwise_planner.h,
 // docs/design/0004-fusion-planner.md); lone dtype casts that do not depend
 // on each other then share one multi-tensor kernel (Note [Grouped casts] in
-// cast_groups.h). The first three claim their nodes
-// before the pointwise planner runs (Note [Claimed groups] in
-// claimed_groups.h).
+// cast_groups.h); 2-d max pools with their elementwise prologue become one
+// generated kernel each (pool_planner.h). All but the pointwise and cast
+// groups claim their nodes before the pointwise planner runs (Note [Claimed
+// groups] in claimed_groups.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,7 +48,8 @@ enum class KernelKind : std::int8_t {
   Matmul,
   Attention,
   Conv,
-  CastGroup  // Note [Grouped casts] in cast_groups.h
+  CastGroup,  // Note [Grouped casts] in cast_groups.h
+  Pool        // Note [Pool groups] in pool_planner.h
 };
 
 std::string_view kernel_kind_name(KernelKind kind);
@@ -121,6 +124,23 @@ struct CastGroup {
   std::vector<std::shared_ptr<const PointwiseGroup>> singles;
 };
 
+// What the runtime needs to launch a generated max-pool group (Note [Pool
+// groups] in pool_planner.h): an elementwise prologue over the pool's input
+// and a 2-d max pool of it. `spec` is the fast variant (NHWC: channel
+// vectors; 32-bit indexing), `general` pools one channel per thread with
+// 64-bit indexing; both read every input as `spec.reads` says, and the
+// runtime falls back to ATen for a call whose tensors do not (layout).
+struct PoolGroup {
+  PoolSpec spec;
+  PoolSpec general;
+  ValueId pooled = -1;          // the pool node's input: its sizes are the window space
+  ValueId output = -1;          // the pooled values
+  ValueId indices = -1;         // the pool node's indices; stored when spec.store_indices
+  std::vector<ValueId> inputs;  // prologue inputs (or the input): reads[k] reads inputs[k]
+  // Window geometry, [h, w] each, known at compile time.
+  std::array<std::int64_t, 2> kernel{}, stride{}, padding{}, dilation{};
+};
+
 struct KernelGroup {
   KernelKind kind = KernelKind::AtenSequence;
   std::vector<NodeId> nodes;  // ascending: the order they run in (aten_sequence)
@@ -132,6 +152,7 @@ struct KernelGroup {
   std::shared_ptr<const AttentionSpec> attention;   // kind == Attention
   std::shared_ptr<const ConvSpec> conv;             // kind == Conv
   std::shared_ptr<const CastGroup> casts;           // kind == CastGroup
+  std::shared_ptr<const PoolGroup> pool;            // kind == Pool
   // The spec text (of the fast variant for generated groups, or the
   // Matmul/Attention/ConvSpec's to_string); empty for aten_sequence groups.
   std::string spec;

@@ -233,11 +233,9 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   general.index64 = true;
   for (auto& t : general.inputs) t = TensorArg{t.dtype, IndexMode::Strided, rank};
   for (auto& o : general.outputs) o.tensor = TensorArg{o.tensor.dtype, IndexMode::Strided, rank};
-  for (const PointwiseSpec* s : {&spec, &general}) {
-    if (std::string p = validate(*s); !p.empty()) {
-      *why = "invalid spec: " + p;
-      return nullptr;
-    }
+  if (std::string p = validate_variants(spec, general); !p.empty()) {
+    *why = p;
+    return nullptr;
   }
   group->spec = std::move(spec);
   group->general = std::move(general);

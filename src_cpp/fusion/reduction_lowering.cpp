@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "fusion/pointwise_lowering.h"
 #include "fusion/pointwise_planner.h"
+#include "fusion/prologue.h"
 
 namespace mybackend {
 namespace {
@@ -161,26 +162,14 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
   group->reduce_begin = reduction.begin;
   group->reduce_end = reduction.end;
 
-  // Prologue: the value reduced, at each element of the input space, in its
-  // logical dtype (eager rounds producers' results before reducing).
-  PointwiseSsa pro(graph);
-  for (NodeId id : prologue) {
-    if (std::string p = pro.add_node(graph.node(id)); !p.empty()) {
-      *why = graph.node(id).name + ": " + p;
-      return nullptr;
-    }
+  // Prologue: the value reduced, at each element of the input space.
+  PointwiseSpec pspec;
+  if (std::string p = prologue_spec(graph, prologue, reduction.input, reduction.value_dtype, &pspec,
+                                    &group->inputs);
+      !p.empty()) {
+    *why = p;
+    return nullptr;
   }
-  PointwiseSpec& pspec = pro.spec();
-  const std::int32_t reduced = pro.logical(reduction.input);
-  std::int32_t value = reduced;
-  if (pspec.instrs[static_cast<std::size_t>(value)].dtype != reduction.value_dtype) {
-    pspec.instrs.push_back(PwInstr{PwOp::Cast, reduction.value_dtype, {value}, -1});
-    value = static_cast<std::int32_t>(pspec.instrs.size() - 1);
-  }
-  pspec.outputs.push_back(
-      PwOutput{TensorArg{reduction.value_dtype, IndexMode::Contiguous, 0}, value});
-  pspec.rank = in_rank;
-  group->inputs = pro.inputs();
   const std::string in_key = shape_key(in_type);
   for (std::size_t k = 0; k < pspec.inputs.size(); ++k)
     pspec.inputs[k] = arg_for(graph.value(group->inputs[k]).tensor, in_key, in_rank);
@@ -243,11 +232,9 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
   general.index64 = true;
   make_general(*general.prologue);
   make_general(*general.epilogue);
-  for (const ReductionSpec* s : {&spec, &general}) {
-    if (std::string p = validate(*s); !p.empty()) {
-      *why = "invalid spec: " + p;
-      return nullptr;
-    }
+  if (std::string p = validate_variants(spec, general); !p.empty()) {
+    *why = p;
+    return nullptr;
   }
   group->spec = std::move(spec);
   group->general = std::move(general);

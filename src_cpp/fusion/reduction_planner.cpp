@@ -6,20 +6,11 @@
 
 #include "capability/registry.h"
 #include "fusion/norm_lowering.h"
-#include "fusion/pointwise_planner.h"
+#include "fusion/prologue.h"
 #include "fusion/reduction_lowering.h"
 
 namespace mybackend {
 namespace {
-
-std::string space_key(const TensorType& t) { return shape_key(t) + "@" + t.device.str(); }
-
-// An elementwise node that may join a reduction group on the side whose
-// shape is `key`.
-bool elementwise_of_space(const Graph& graph, const Node& node, const std::string& key) {
-  if (!pointwise_candidate_problem(graph, node).empty()) return false;
-  return space_key(graph.value(node.outputs[0]).tensor) == key;
-}
 
 bool reads_strided(const ReductionSpec& spec) {
   for (const TensorArg& in : effective_prologue(spec).inputs)
@@ -58,27 +49,6 @@ struct Claimer {
     claimed.claim(std::move(group));
   }
 
-  std::vector<NodeId> prologue_of(const ReductionNode& r, std::set<NodeId>& members) {
-    const Graph& graph = index.graph;
-    const std::string key = space_key(graph.value(r.input).tensor);
-    std::priority_queue<NodeId> pending;  // highest id first: users before producers
-    if (graph.value(r.input).producer >= 0) pending.push(graph.value(r.input).producer);
-    std::vector<NodeId> prologue;
-    while (!pending.empty()) {
-      const NodeId p = pending.top();
-      pending.pop();
-      if (!free(p) || members.count(p)) continue;
-      const Node& node = graph.node(p);
-      if (!elementwise_of_space(graph, node, key)) continue;
-      if (index.used_outside(node.outputs[0], members)) continue;
-      members.insert(p);
-      prologue.push_back(p);
-      for (NodeId q : index.producers[static_cast<std::size_t>(p)]) pending.push(q);
-    }
-    std::sort(prologue.begin(), prologue.end());
-    return prologue;
-  }
-
   std::vector<NodeId> epilogue_of(const ReductionNode& r, NodeId reduction,
                                   std::set<NodeId>& members) {
     const Graph& graph = index.graph;
@@ -111,7 +81,8 @@ struct Claimer {
       return;
     }
     std::set<NodeId> members = {n};
-    const std::vector<NodeId> prologue = prologue_of(r, members);
+    const std::vector<NodeId> prologue = elementwise_prologue(
+        index, r.input, [this](NodeId p) { return free(p); }, members);
     const std::vector<NodeId> epilogue = epilogue_of(r, n, members);
     const bool lone = prologue.empty() && epilogue.empty();
     std::string why;

@@ -32,6 +32,11 @@ std::vector<ValueId> engine_outputs(const KernelGroup& group) {
     case KernelKind::Pointwise: return group.pointwise->outputs;
     case KernelKind::Reduction: return group.reduction->outputs;
     case KernelKind::CastGroup: return group.casts->outputs;
+    case KernelKind::Pool: {
+      std::vector<ValueId> out{group.pool->output};
+      if (group.pool->spec.store_indices) out.push_back(group.pool->indices);
+      return out;
+    }
     case KernelKind::Norm: {
       std::vector<ValueId> out;
       for (const auto& [name, value] : group.norm->outputs)
@@ -102,6 +107,7 @@ const char* profiler_range(KernelKind kind) {
     case KernelKind::Reduction: return "mybackend::reduction";
     case KernelKind::Norm: return "mybackend::norm";
     case KernelKind::CastGroup: return "mybackend::cast_group";
+    case KernelKind::Pool: return "mybackend::pool";
     case KernelKind::Matmul: return "mybackend::matmul";
     case KernelKind::Attention: return "mybackend::attention";
     case KernelKind::Conv: return "mybackend::conv";
@@ -143,7 +149,8 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
       const bool generated = (group.kind == KernelKind::Pointwise && group.pointwise) ||
                              (group.kind == KernelKind::Reduction && group.reduction) ||
                              (group.kind == KernelKind::Norm && group.norm) ||
-                             (group.kind == KernelKind::CastGroup && group.casts);
+                             (group.kind == KernelKind::CastGroup && group.casts) ||
+                             (group.kind == KernelKind::Pool && group.pool);
       const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
       const bool attention = group.kind == KernelKind::Attention && group.attention;
       const bool conv = group.kind == KernelKind::Conv && group.conv;
@@ -392,6 +399,7 @@ void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
     case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
     case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
     case KernelKind::CastGroup: counters_.generated_cast_groups.fetch_add(1); break;
+    case KernelKind::Pool: counters_.generated_pools.fetch_add(1); break;
     case KernelKind::AtenSequence:
     case KernelKind::Matmul:
     case KernelKind::Attention:
@@ -429,6 +437,7 @@ ExecutionStats Executor::stats() const {
   stats.generated_reductions_run = counters_.generated_reductions.load();
   stats.generated_norms_run = counters_.generated_norms.load();
   stats.generated_cast_groups_run = counters_.generated_cast_groups.load();
+  stats.generated_pools_run = counters_.generated_pools.load();
   stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
   stats.matmul_groups_run = counters_.matmul.load();
   stats.matmul_fallbacks = counters_.matmul_fallbacks.load();

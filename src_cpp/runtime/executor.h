@@ -51,6 +51,8 @@ struct ExecutionStats {
   // Cast groups run (Note [Grouped casts]): one multi-tensor launch each,
   // unless every member had to run alone for that call.
   std::int64_t generated_cast_groups_run = 0;
+  // Max-pool groups run (Note [Pool groups]).
+  std::int64_t generated_pools_run = 0;
   // Generated groups that ran their ATen form instead, for one call.
   std::int64_t generated_kernel_fallbacks = 0;
   // cuBLASLt calls (one per matmul group run on the GPU).
@@ -121,8 +123,8 @@ class Executor {
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
         generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
-        generated_cast_groups{0}, generated_fallbacks{0}, matmul{0}, matmul_fallbacks{0},
-        attention{0}, attention_fallbacks{0}, conv{0}, conv_fallbacks{0};
+        generated_cast_groups{0}, generated_pools{0}, generated_fallbacks{0}, matmul{0},
+        matmul_fallbacks{0}, attention{0}, attention_fallbacks{0}, conv{0}, conv_fallbacks{0};
   };
 
   void prepare_engine_groups(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);

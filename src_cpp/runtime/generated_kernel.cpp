@@ -148,6 +148,7 @@ KernelBuild build_for(const Graph& graph, const KernelGroup& group) {
     case KernelKind::Reduction: return reduction_build(graph, group.reduction);
     case KernelKind::Norm: return norm_build(graph, group.norm);
     case KernelKind::CastGroup: return cast_group_build(graph, group.casts);
+    case KernelKind::Pool: return pool_build(graph, group.pool);
     // Library groups (library_group.h) and ATen sequences have no generated kernel.
     case KernelKind::Matmul:
     case KernelKind::Conv:

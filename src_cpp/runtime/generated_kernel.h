@@ -1,9 +1,9 @@
-// Generated kernels at run time (CUDA engine I: pointwise, reduction, norm
-// and cast groups): compiled with NVRTC when the graph is compiled, loaded
-// into the GPU on first launch, launched on the current PyTorch CUDA stream.
-// One file per kind (pointwise_kernel.cpp, reduction_kernel.cpp,
-// norm_kernel.cpp, cast_group_kernel.cpp); what they share is in
-// kernel_launch.h.
+// Generated kernels at run time (CUDA engine I: pointwise, reduction, norm,
+// cast and pool groups): compiled with NVRTC when the graph is compiled,
+// loaded into the GPU on first launch, launched on the current PyTorch CUDA
+// stream. One file per kind (pointwise_kernel.cpp, reduction_kernel.cpp,
+// norm_kernel.cpp, cast_group_kernel.cpp, pool_kernel.cpp); what they share
+// is in kernel_launch.h.
 //
 // Note [Compile now, load later]
 // compile_generated_groups() runs in the runtime stage: it emits both spec
@@ -70,7 +70,7 @@ struct GeneratedCompileResult {
   std::string problem;                      // why it is null
 };
 
-// One result per group (kind Pointwise, Reduction, Norm or CastGroup), in order
+// One result per group (kind Pointwise, Reduction, Norm, CastGroup or Pool), in order
 // (Note [Compile now, load later]). The groups must outlive the kernels.
 std::vector<GeneratedCompileResult> compile_generated_groups(
     const Graph& graph, const std::vector<const KernelGroup*>& groups,

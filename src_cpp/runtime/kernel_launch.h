@@ -159,10 +159,29 @@ struct KernelBuild {
   std::vector<EmittedKernel> kernels;
   std::function<std::unique_ptr<GeneratedKernel>(std::vector<Variant>, std::string target)> make;
 };
+
+// The build of a group with a fast and a general variant (Note [Two
+// pointwise variants]): the fast one first, emitted only when its spec
+// differs; the runnable kernel is a `Kernel` (a GroupKernel<Group>).
+template <class Kernel, class Group, class Emit>
+KernelBuild two_variant_build(KernelKind kind, const Graph& graph,
+                              std::shared_ptr<const Group> group, int device_index, Emit emit) {
+  KernelBuild build;
+  build.device_index = device_index;
+  if (group->spec.to_string() != group->general.to_string())
+    build.kernels.push_back(emit(group->spec));
+  build.kernels.push_back(emit(group->general));
+  build.make = [kind, &graph, group](std::vector<Variant> variants, std::string target) {
+    return std::make_unique<Kernel>(kind, graph, group, std::move(variants), std::move(target));
+  };
+  return build;
+}
+
 KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group);
 KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionGroup> group);
 KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group);
 KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup> group);
+KernelBuild pool_build(const Graph& graph, std::shared_ptr<const PoolGroup> group);
 
 }  // namespace mybackend
 

@@ -172,16 +172,9 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
 }
 
 KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group) {
-  KernelBuild build;
-  build.device_index = graph.value(group->rows_of).tensor.device.index;
-  build.kernels.push_back(emit_norm(group->spec));
-  if (group->spec.to_string() != group->general.to_string())
-    build.kernels.push_back(emit_norm(group->general));
-  build.make = [&graph, group](std::vector<Variant> variants, std::string target) {
-    return std::make_unique<NormKernel>(KernelKind::Norm, graph, group, std::move(variants),
-                                        std::move(target));
-  };
-  return build;
+  const int device = graph.value(group->rows_of).tensor.device.index;
+  return two_variant_build<NormKernel>(KernelKind::Norm, graph, std::move(group), device,
+                                       emit_norm);
 }
 
 }  // namespace mybackend

@@ -182,16 +182,9 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
 }  // namespace
 
 KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group) {
-  KernelBuild build;
-  build.device_index = graph.value(group->outputs[0]).tensor.device.index;
-  if (group->spec.to_string() != group->general.to_string())
-    build.kernels.push_back(emit_pointwise(group->spec));
-  build.kernels.push_back(emit_pointwise(group->general));
-  build.make = [&graph, group](std::vector<Variant> variants, std::string target) {
-    return std::make_unique<PointwiseKernel>(KernelKind::Pointwise, graph, group,
-                                             std::move(variants), std::move(target));
-  };
-  return build;
+  const int device = graph.value(group->outputs[0]).tensor.device.index;
+  return two_variant_build<PointwiseKernel>(KernelKind::Pointwise, graph, std::move(group), device,
+                                            emit_pointwise);
 }
 
 }  // namespace mybackend

@@ -251,16 +251,9 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
 }  // namespace
 
 KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionGroup> group) {
-  KernelBuild build;
-  build.device_index = graph.value(group->result).tensor.device.index;
-  if (group->spec.to_string() != group->general.to_string())
-    build.kernels.push_back(emit_reduction(group->spec));
-  build.kernels.push_back(emit_reduction(group->general));
-  build.make = [&graph, group](std::vector<Variant> variants, std::string target) {
-    return std::make_unique<ReductionKernel>(KernelKind::Reduction, graph, group,
-                                             std::move(variants), std::move(target));
-  };
-  return build;
+  const int device = graph.value(group->result).tensor.device.index;
+  return two_variant_build<ReductionKernel>(KernelKind::Reduction, graph, std::move(group), device,
+                                            emit_reduction);
 }
 
 }  // namespace mybackend

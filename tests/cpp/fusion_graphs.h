@@ -43,6 +43,13 @@ Argument ints(std::vector<std::int64_t> values) {
   return Argument::of_list(std::move(items));
 }
 
+// An ATen node of one tensor output; returns that output. (Not every test
+// builds its graphs node by node.)
+[[maybe_unused]] ValueId node1(GraphBuilder& b, const char* op, std::vector<Argument> args,
+                               const TensorType& t, const char* name) {
+  return b.add_node(NodeKind::Aten, op, std::move(args), {out(t)}, name)[0];
+}
+
 // The defaults with generated kernels on (matmul groups are on by default).
 FusionOptions generated_options() {
   FusionOptions options;
@@ -63,6 +70,16 @@ struct Planned {
     return found;
   }
 };
+
+// Every group's why, a line each: the refusals of claiming planners show
+// up in the aten_sequence groups' whys.
+[[maybe_unused]] std::string all_whys(const Planned& p) {
+  std::string text;
+  for (const auto& partition : p.plan.partitions) {
+    for (const auto& g : partition.groups) text += g.why + "\n";
+  }
+  return text;
+}
 
 Planned plan(GraphBuilder& builder, const FusionOptions& options = generated_options()) {
   Planned result{builder.build(), {}};

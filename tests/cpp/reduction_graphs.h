@@ -8,11 +8,6 @@
 namespace mybackend {
 namespace {
 
-ValueId node1(GraphBuilder& b, const char* op, std::vector<Argument> args, const TensorType& t,
-              const char* name) {
-  return b.add_node(NodeKind::Aten, op, std::move(args), {out(t)}, name)[0];
-}
-
 // sqrt(sum(exp(x * 2), dims, keepdim) + 1) over x of `sizes`.
 void sum_with_prologue_and_epilogue(GraphBuilder& b, DType dtype, std::vector<std::int64_t> sizes,
                                     std::vector<std::int64_t> dims, bool keepdim) {

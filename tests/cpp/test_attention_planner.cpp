@@ -34,13 +34,6 @@ const KernelGroup& only_attention(const Planned& p) {
   return *groups.at(0);
 }
 
-std::string all_whys(const Planned& p) {
-  std::string text;
-  for (const auto& partition : p.plan.partitions)
-    for (const auto& g : partition.groups) text += g.why + "\n";
-  return text;
-}
-
 // q, k, v [2, 4, 128, 64] and flash's nine outputs.
 struct Flash {
   GraphBuilder b;

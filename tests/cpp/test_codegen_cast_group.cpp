@@ -16,6 +16,7 @@
 #include "codegen/emit.h"
 #include "codegen/kernel_spec.h"
 #include "common/error.h"
+#include "ptx_testing.h"
 
 namespace mybackend {
 namespace {
@@ -24,29 +25,8 @@ const std::vector<DType> kFloats = {DType::Float32, DType::BFloat16, DType::Floa
                                     DType::Float64};
 
 std::vector<CompileOutcome> compile_all(const std::vector<CastGroupSpec>& specs) {
-  CompileOptions options;
-  options.target = GpuTarget::parse("compute_90");
-  std::vector<CompileRequest> requests;
-  std::vector<EmittedKernel> kernels;
-  for (const auto& spec : specs) {
-    kernels.push_back(emit_cast_group(spec));
-    requests.push_back(compile_request(kernels.back(), options));
-  }
-  std::vector<CompileOutcome> outcomes = CompilePool().compile(requests);
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    EXPECT_TRUE(outcomes[i].ok()) << specs[i].to_string() << outcomes[i].error << "\n"
-                                  << kernels[i].source;
-  }
-  return outcomes;
+  return compile_to_ptx(specs, emit_cast_group);
 }
-
-bool has(const std::string& text, const std::string& pattern) {
-  return std::regex_search(text, std::regex(pattern));
-}
-
-// ld.global(.nc).v4.u32 and the like: one 16-byte access.
-const char* const k16ByteLoad = R"(ld\.global(\.nc)?\.(v4\.[bfsu]32|v2\.[bfsu]64)\s)";
-const char* const k16ByteStore = R"(st\.global\.(v4\.[bfsu]32|v2\.[bfsu]64)\s)";
 
 TEST(CodegenCastGroup, EveryFloatPairCompiles) {
   CastGroupSpec all;
@@ -71,7 +51,7 @@ TEST(CodegenCastGroup, EveryFloatPairCompiles) {
     // The table is read in place (ld.param at computed addresses), not
     // copied per thread into local memory: 3.7 KiB a thread would cost
     // more than the cast.
-    EXPECT_FALSE(has(ptx, R"(\.local|ld\.local|st\.local)")) << specs[i].to_string() << ptx;
+    EXPECT_FALSE(has(ptx, kLocalMemory)) << specs[i].to_string() << ptx;
   }
   // f32 -> bf16 rounds with the sm_80+ instruction, as the pointwise casts do.
   EXPECT_TRUE(has(outcomes[0].kernel->image, R"(cvt\.rn\.bf16\.f32)"));

@@ -11,14 +11,6 @@
 namespace mybackend {
 namespace {
 
-std::string all_whys(const Planned& p) {
-  std::string text;
-  for (const auto& part : p.plan.partitions) {
-    for (const auto& g : part.groups) text += g.why + "\n";
-  }
-  return text;
-}
-
 TEST(ReductionPlanner, SumTakesItsPrologueAndEpilogue) {
   GraphBuilder b;
   sum_with_prologue_and_epilogue(b, DType::Float32, {4, 8}, {1}, false);

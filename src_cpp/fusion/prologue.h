@@ -1,0 +1,42 @@
+// Elementwise prologues: the producers a generated kernel recomputes at each
+// element it loads instead of reading their stored result. The reduction
+// planner (Note [Reduction groups]) and the pool planner (Note [Pool
+// groups]) take them the same way, with the functions here.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_spec.h"
+#include "fusion/graph_index.h"
+
+namespace mybackend {
+
+// Shape and device of `t`: an elementwise node joins a prologue or epilogue
+// only when its output has its group side's key.
+std::string space_key(const TensorType& t);
+// An elementwise node (a pointwise candidate) whose output has space `key`.
+bool elementwise_of_space(const Graph& graph, const Node& node, const std::string& key);
+
+// The elementwise producers of `value` with `value`'s space whose results
+// only the group reads, walked backwards from `value`'s producer (users
+// before producers): what a kernel reading `value` can recompute inside its
+// loads, so `value` and the producers' results are never stored.
+// `available` says whether a node may join (in the partition, unclaimed);
+// `members` holds the group so far (the readers of `value` among them) and
+// gains every node taken. Returns the nodes taken, ascending.
+std::vector<NodeId> elementwise_prologue(const GraphIndex& index, ValueId value,
+                                         const std::function<bool(NodeId)>& available,
+                                         std::set<NodeId>& members);
+
+// The SSA of prologue `nodes` (ascending) over `value`'s space: one output,
+// `value` converted to `dtype` (it gives only the dtype: the kernel takes
+// the value, nothing is stored), of rank value's rank. Its inputs load
+// *inputs, in order; their TensorArgs give dtypes, the caller sets modes.
+// Empty on success, else why the nodes cannot be one prologue.
+std::string prologue_spec(const Graph& graph, const std::vector<NodeId>& nodes, ValueId value,
+                          DType dtype, PointwiseSpec* spec, std::vector<ValueId>* inputs);
+
+}  // namespace mybackend
