@@ -91,16 +91,14 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   std::int64_t rows = 1, cols = 1;
   for (std::size_t d = 0; d < shape->size(); ++d) (d < split ? rows : cols) *= (*shape)[d];
   if (cols == 0 && rows > 0) return fail("normalizing empty rows: ATen handles that edge");
-  std::map<std::string, at::Tensor> tensors;
-  std::string why;
+  auto inputs = input_tensors(slots);
+  if (!inputs) return false;
+  std::map<std::string, at::Tensor>& tensors = *inputs;
   std::optional<c10::Device> device;
-  for (const auto& [name, value] : g.inputs) {
-    auto t =
-        cuda_tensor(slots[static_cast<std::size_t>(value)], norm_tensor_dtype(g.spec, name), &why);
-    if (!t) return fail(name + why);
-    if (device && t->device() != *device) return fail("inputs on different devices");
-    device = t->device();
-    tensors[name] = t->contiguous();
+  for (auto& [name, t] : tensors) {
+    if (device && t.device() != *device) return fail("inputs on different devices");
+    device = t.device();
+    t = t.contiguous();
   }
   if (!device) return fail("the group reads no tensor");
   for (const char* name : {"x", "grad_out", "out"}) {

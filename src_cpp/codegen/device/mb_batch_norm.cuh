@@ -146,7 +146,8 @@ __device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ 
                                                           I rows, I cols, I splits) {
   typedef WelfordReducer<float> R;
   const int lanes = channel_lanes<VEC>(cols);
-  for (I b = blockIdx.x; b < channel_tiles<VEC>(cols) * splits; b += gridDim.x) {
+  const I jobs = channel_tiles<VEC>(cols) * splits;
+  for (I b = blockIdx.x; b < jobs; b += gridDim.x) {
     const ChannelSlice<I> s = channel_slice<VEC>(b, rows, cols, splits);
     float shift[VEC], sum[VEC], squares[VEC];
 #pragma unroll
@@ -241,7 +242,8 @@ __device__ __forceinline__ void batch_norm_backward_partials(const T* __restrict
                                                              I rows, I cols, I splits) {
   typedef PairSumReducer<float> R;
   const int lanes = channel_lanes<VEC>(cols);
-  for (I b = blockIdx.x; b < channel_tiles<VEC>(cols) * splits; b += gridDim.x) {
+  const I jobs = channel_tiles<VEC>(cols) * splits;
+  for (I b = blockIdx.x; b < jobs; b += gridDim.x) {
     const ChannelSlice<I> s = channel_slice<VEC>(b, rows, cols, splits);
     R::AccT acc[VEC];
 #pragma unroll
