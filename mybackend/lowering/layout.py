@@ -19,6 +19,17 @@ the spatial dims, as in a ViT patch embedding) and a graph output whose
 strides changed (callers see eager's strides). If propagation fails for any
 other reason, the graph keeps its original layout.
 
+Conversion runs in rounds: graph inputs first, then every convolution
+operand still NCHW after propagation. Under autocast no convolution reads a
+graph input directly (each reads a bf16 cast), so the second round converts
+the casts and the activations between convolutions together; propagation
+then makes the activations channels-last on its own, and their copies,
+which would only rewrite an activation in the layout it has, are dropped.
+In a joint graph each ``convolution_backward`` reads the same channels-last
+copies of its input and weight as the forward convolution (saved or
+recomputed by the partitioner), not the NCHW originals: the library call
+would otherwise convert them on every step.
+
 Inference graphs are planned as they reach the compiler. Training graphs
 are planned before aot_autograd splits them, on the joint forward-backward
 graph (aot.py's partition function): a saved tensor is one node of that
@@ -79,11 +90,17 @@ def _planned_convolutions(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 
 
 def _convert_convolution_operands(
-    graph: torch.fx.Graph, convs: list[torch.fx.Node], placeholders_only: bool
+    graph: torch.fx.Graph,
+    convs: list[torch.fx.Node],
+    placeholders_only: bool,
+    converted: dict[torch.fx.Node, torch.fx.Node],
 ) -> int:
     """Points conv inputs and weights that are not channels-last (by their
-    current meta) at a channels-last copy; returns the copies made."""
-    converted: dict[torch.fx.Node, torch.fx.Node] = {}
+    current meta) at a channels-last copy, recorded in ``converted`` (source
+    to copy, across rounds); returns the copies made. A joint graph's
+    convolution backward reads the same copies (Note [Channels-last
+    planning])."""
+    made = 0
     first_op = next(n for n in graph.nodes if n.op != "placeholder")
     for conv in convs:
         for index in (0, 1):
@@ -97,8 +114,45 @@ def _convert_convolution_operands(
                 # Right after the source, so every later conv can share it.
                 anchor = first_op if source.op == "placeholder" else source.next
                 converted[source] = insert_clone(graph, source, anchor, _CHANNELS_LAST)
+                made += 1
             conv.replace_input_with(source, converted[source])
-    return len(converted)
+    for node in graph.find_nodes(op="call_function", target=aten.convolution_backward.default):
+        for index in (1, 2):  # the forward's input and weight
+            source = node.args[index]
+            if isinstance(source, torch.fx.Node) and source in converted:
+                node.replace_input_with(source, converted[source])
+    return made
+
+
+def _drop_redundant_copies(
+    graph: torch.fx.Graph, converted: dict[torch.fx.Node, torch.fx.Node]
+) -> int:
+    """Removes the channels-last copies whose source ended up channels-last
+    itself; returns how many.
+
+    A later round converts every convolution operand that is NCHW at that
+    point, in one go: under autocast that includes the ReLU outputs between
+    convolutions, which are NCHW only until the first convolution's output
+    turns channels-last and propagation carries the layout down the chain.
+    Those copies would copy an activation into the layout it already has
+    (one extra write per convolution input, and a second saved tensor in
+    training).
+    """
+    dropped = 0
+    for clone in converted.values():
+        source = clone.args[0]
+        assert isinstance(source, torch.fx.Node)
+        before, after = source.meta.get("val"), clone.meta.get("val")
+        if source.op == "placeholder" or not isinstance(before, torch.Tensor):
+            continue
+        if not isinstance(after, torch.Tensor) or before.dtype != after.dtype:
+            continue
+        if tuple(before.stride()) != tuple(after.stride()) or not _is_channels_last(before):
+            continue
+        clone.replace_all_uses_with(source)
+        graph.erase_node(clone)
+        dropped += 1
+    return dropped
 
 
 def placeholder_values(gm: torch.fx.GraphModule) -> list[Any]:
@@ -126,8 +180,9 @@ def plan_channels_last(
     # computed from them takes its layout from propagation. Later rounds
     # convert what propagation left in NCHW (after a layout-changing op), and
     # put a contiguous copy before views that need one.
+    converted: dict[torch.fx.Node, torch.fx.Node] = {}
     try:
-        copies = _convert_convolution_operands(graph, _planned_convolutions(graph), True)
+        copies = _convert_convolution_operands(graph, _planned_convolutions(graph), True, converted)
         for _ in range(_MAX_ROUNDS):
             planned.recompile()
             view = propagate_until_view_fails(planned, example_inputs)
@@ -138,12 +193,15 @@ def plan_channels_last(
                 view.replace_input_with(source, clone)
                 copies += 1
                 continue
-            more = _convert_convolution_operands(graph, _planned_convolutions(graph), False)
+            more = _convert_convolution_operands(
+                graph, _planned_convolutions(graph), False, converted
+            )
             if more == 0:
                 break
             copies += more
         else:
             return gm, 0
+        copies -= _drop_redundant_copies(graph, converted)
         if copies == 0:
             return gm, 0
         copies += restore_output_strides(planned, original)

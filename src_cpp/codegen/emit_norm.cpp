@@ -22,6 +22,7 @@ struct Entry {
   KernelEntry abi;
   std::ostringstream params;
   std::vector<std::string> call_args;
+  int min_blocks = 0;  // __launch_bounds__'s blocks per SM to fit (0: the compiler's choice)
 
   void pointer(const std::string& type, const std::string& name, bool is_const) {
     params << (abi.params.empty() ? "\n    " : ",\n    ") << (is_const ? "const " : "") << type
@@ -66,8 +67,9 @@ struct Entry {
   std::string write(const std::string& callee) const {
     std::ostringstream out;
     out << "extern \"C\" __global__ void __launch_bounds__("
-        << std::to_string(abi.block_x * abi.block_y) << ") " << abi.name << "(" << params.str()
-        << ") {\n  " << callee << "(";
+        << std::to_string(abi.block_x * abi.block_y)
+        << (min_blocks > 0 ? ", " + std::to_string(min_blocks) : std::string()) << ") " << abi.name
+        << "(" << params.str() << ") {\n  " << callee << "(";
     for (std::size_t k = 0; k < call_args.size(); ++k) out << (k ? ", " : "") << call_args[k];
     out << ");\n}\n";
     return out.str();
@@ -206,6 +208,7 @@ std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& part
     totals.float64("eps");
   }
   partials.abi.elements_per_thread = n.vec;
+  partials.min_blocks = launch_tuning().bn_min_blocks;
   const std::string vec = std::to_string(n.vec);
   const std::string unroll = std::to_string(launch_tuning().bn_row_unroll);
   return partials.write(std::string(stats ? "mb::batch_norm_stats_partials<"

@@ -38,7 +38,8 @@ std::string LaunchTuning::to_string() const {
          " softmax_blocks_per_sm=" + std::to_string(softmax_blocks_per_sm) +
          " bn_row_unroll=" + std::to_string(bn_row_unroll) +
          " bn_blocks_per_sm=" + std::to_string(bn_blocks_per_sm) +
-         " bn_chunk_passes=" + std::to_string(bn_chunk_passes);
+         " bn_chunk_passes=" + std::to_string(bn_chunk_passes) +
+         " bn_min_blocks=" + std::to_string(bn_min_blocks);
 }
 
 LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
@@ -58,9 +59,10 @@ LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
                                  {0, 1, 2, 4, 8, 16, 32});
   t.bn_row_unroll = knob(env, "MYBACKEND_BN_ROW_UNROLL", t.bn_row_unroll, {1, 2, 4, 8});
   t.bn_blocks_per_sm =
-      knob(env, "MYBACKEND_BN_BLOCKS_PER_SM", t.bn_blocks_per_sm, {1, 2, 4, 8, 16, 32});
+      knob(env, "MYBACKEND_BN_BLOCKS_PER_SM", t.bn_blocks_per_sm, {0, 1, 2, 4, 8, 16, 32});
   t.bn_chunk_passes =
       knob(env, "MYBACKEND_BN_CHUNK_PASSES", t.bn_chunk_passes, {1, 2, 4, 8, 16, 32, 64});
+  t.bn_min_blocks = knob(env, "MYBACKEND_BN_MIN_BLOCKS", t.bn_min_blocks, {0, 1, 2, 3, 4});
   return t;
 }
 

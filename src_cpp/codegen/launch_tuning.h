@@ -36,9 +36,14 @@ struct LaunchTuning {
   int softmax_blocks_per_sm = 0;  // MYBACKEND_SOFTMAX_BLOCKS_PER_SM
   // Batch-norm reductions' chunk stage (Note [Channel tiles] in
   // device/mb_batch_norm.cuh).
-  int bn_row_unroll = 4;     // MYBACKEND_BN_ROW_UNROLL: rows a thread loads before accumulating
-  int bn_blocks_per_sm = 4;  // MYBACKEND_BN_BLOCKS_PER_SM: blocks wanted per SM
-  int bn_chunk_passes = 8;   // MYBACKEND_BN_CHUNK_PASSES: unrolled passes a chunk has at least
+  int bn_row_unroll = 4;  // MYBACKEND_BN_ROW_UNROLL: rows a thread loads before accumulating
+  // MYBACKEND_BN_BLOCKS_PER_SM: blocks wanted per SM (0: as many as one SM
+  // holds at once, from the compiled kernel's occupancy: one full wave)
+  int bn_blocks_per_sm = 0;
+  int bn_chunk_passes = 8;  // MYBACKEND_BN_CHUNK_PASSES: unrolled passes a chunk has at least
+  // MYBACKEND_BN_MIN_BLOCKS: the chunk stage's __launch_bounds__ blocks per
+  // SM (0: the compiler's register choice)
+  int bn_min_blocks = 0;
 
   // Threads per block and grid cap of a row-wise kernel of `softmax_forward`
   // kind (softmax/log-softmax forward) or any other norm kind.

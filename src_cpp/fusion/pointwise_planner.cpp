@@ -242,6 +242,45 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   return group;
 }
 
+void PointwisePlanner::move_widening_casts_to_readers(
+    std::vector<std::vector<NodeId>>& groups, std::map<NodeId, int>& group_of,
+    const std::vector<std::string>& group_key, const std::map<int, int>& claimed_of_group) const {
+  auto pointwise_group = [&](int g) {
+    return g >= 0 && !groups[static_cast<std::size_t>(g)].empty() && claimed_of_group.count(g) == 0;
+  };
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const int from = static_cast<int>(gi);
+    if (!pointwise_group(from)) continue;
+    const std::vector<NodeId> members = groups[gi];
+    for (NodeId n : members) {
+      const Node& node = graph_.node(n);
+      if (!ir_match::is_dtype_cast(graph_, node)) continue;
+      const ValueId in = node.args[0].value;
+      const ValueId cast = node.outputs[0];
+      if (dtype_size_bytes(graph_.value(cast).tensor.dtype) <
+          dtype_size_bytes(graph_.value(in).tensor.dtype))
+        continue;  // narrowing: the narrow value is the cheaper one to store
+      if (index_.graph_output[static_cast<std::size_t>(cast)]) continue;
+      const std::vector<NodeId>& readers = index_.readers[static_cast<std::size_t>(cast)];
+      if (readers.empty()) continue;
+      int to = -1;
+      for (NodeId r : readers) {
+        auto g = group_of.find(r);
+        const int rg = g == group_of.end() ? -1 : g->second;
+        to = r == readers.front() ? rg : (rg == to ? to : -1);
+      }
+      if (to == from || !pointwise_group(to) ||
+          group_key[static_cast<std::size_t>(to)] != group_key[gi])
+        continue;
+      auto& source = groups[gi];
+      source.erase(std::find(source.begin(), source.end(), n));
+      auto& target = groups[static_cast<std::size_t>(to)];
+      target.insert(std::upper_bound(target.begin(), target.end(), n), n);
+      group_of[n] = to;
+    }
+  }
+}
+
 // A topological order of the partition's nodes in which each claimed
 // group's members are consecutive (the group is one unit), smallest node id
 // first among the ready units.
@@ -443,6 +482,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     merge_into(own, waits);
   }
   for (auto& [node, g] : group_of) g = find(g);
+  move_widening_casts_to_readers(groups, group_of, group_key, claimed_of_group);
 
   // Parametrise: a spec per group big enough to be worth a kernel.
   std::vector<Unit> units;

@@ -12,8 +12,23 @@
 // no path leaves the group and re-enters it (checked with, per node, the set
 // of groups it depends on). A group's outputs are the values its nodes
 // compute that something outside it reads (several outputs are fine).
+//
+// Note [Widening casts ride with their readers]
+// Joining a producer's group is the right default, except for a cast to a
+// wider (or equally wide) dtype whose readers all sit in one later group of
+// the same shape: in the producer's group the cast becomes an output of its
+// own, stored wide and read back wide. Mixed-precision batch-norm backward
+// has this shape: the ReLU gradient (bf16) feeds the per-channel sums, and
+// the input-gradient kernel after the sums reads it through a cast to f32,
+// which joined the ReLU gradient's group and was stored as a second, f32
+// copy of every activation gradient (4 bytes written and read again per
+// element, where the bf16 value was stored anyway). After the groups are
+// decided such a cast moves into its readers' group, which then reads the
+// narrow input. Convexity holds: the readers' group already waited for the
+// cast's group, and the cast reads nothing else.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +58,11 @@ class PointwisePlanner {
  private:
   std::shared_ptr<const PointwiseGroup> build_group(const std::vector<NodeId>& nodes,
                                                     std::string* why) const;
+  // Note [Widening casts ride with their readers]
+  void move_widening_casts_to_readers(std::vector<std::vector<NodeId>>& groups,
+                                      std::map<NodeId, int>& group_of,
+                                      const std::vector<std::string>& group_key,
+                                      const std::map<int, int>& claimed_of_group) const;
 
   const GraphIndex& index_;
   const Graph& graph_;

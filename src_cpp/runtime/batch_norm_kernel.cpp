@@ -91,13 +91,16 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
   if (cols % vec != 0) return fail("the channel count is not a multiple of the vector width");
   const std::int64_t lanes = channel_lanes(cols, vec);
   const std::int64_t tiles = (cols + lanes * vec - 1) / (lanes * vec);
-  // About bn_blocks_per_sm blocks per SM, each chunk at least
+  // One wave of blocks: as many as the SMs hold at once (the kernel's
+  // registers allow 2 of 256 threads per SM on an H100, where a fixed 4 per
+  // SM ran as two waves), or bn_blocks_per_sm when set; each chunk at least
   // bn_chunk_passes unrolled passes of the block's row groups: shorter
   // chunks and the merges and partials cost more than the reads.
   const LaunchTuning& tuning = launch_tuning();
+  const std::int64_t per_sm =
+      tuning.bn_blocks_per_sm > 0 ? tuning.bn_blocks_per_sm : l.resident_blocks[v][0];
   const std::int64_t pass_rows = (kChannelBlock / lanes) * tuning.bn_row_unroll;
-  const std::int64_t wanted =
-      (static_cast<std::int64_t>(l.sm_count) * tuning.bn_blocks_per_sm + tiles - 1) / tiles;
+  const std::int64_t wanted = (static_cast<std::int64_t>(l.sm_count) * per_sm + tiles - 1) / tiles;
   const std::int64_t splits =
       std::max<std::int64_t>(1, std::min(wanted, rows / (pass_rows * tuning.bn_chunk_passes)));
   const bool stats = g.spec.kind == NormKind::BatchNormStats;

@@ -22,7 +22,8 @@ namespace mybackend::cuda {
   X(device_get, cuDeviceGet) X(primary_ctx_retain, cuDevicePrimaryCtxRetain)      \
   X(ctx_get_current, cuCtxGetCurrent) X(ctx_set_current, cuCtxSetCurrent)         \
   X(module_load_data, cuModuleLoadData) X(module_unload, cuModuleUnload)          \
-  X(module_get_function, cuModuleGetFunction) X(launch_kernel, cuLaunchKernel)
+  X(module_get_function, cuModuleGetFunction) X(launch_kernel, cuLaunchKernel)      \
+  X(occupancy_max_active_blocks, cuOccupancyMaxActiveBlocksPerMultiprocessor)
 // clang-format on
 
 struct DriverApi {

@@ -21,9 +21,16 @@ const DeviceModules::Loaded& DeviceModules::on(int device_index) const {
   for (const Variant& variant : variants_) {
     entry->modules.push_back(std::make_unique<cuda::Module>(variant.image->image));
     std::vector<CUfunction> functions;
-    for (const KernelEntry& e : variant.kernel.entries)
+    std::vector<int> resident;
+    for (const KernelEntry& e : variant.kernel.entries) {
       functions.push_back(entry->modules.back()->function(e.name));
+      int blocks = 0;
+      MB_CU_CHECK(cuda::driver().occupancy_max_active_blocks(&blocks, functions.back(),
+                                                             e.block_x * e.block_y, 0));
+      resident.push_back(std::max(1, blocks));
+    }
     entry->functions.push_back(std::move(functions));
+    entry->resident_blocks.push_back(std::move(resident));
   }
   entry->sm_count = std::max(1, at::cuda::getDeviceProperties(device_index)->multiProcessorCount);
   return *loaded_.emplace(device_index, std::move(entry)).first->second;

@@ -44,6 +44,10 @@ class DeviceModules {
     CUcontext context = nullptr;
     std::vector<std::unique_ptr<cuda::Module>> modules;
     std::vector<std::vector<CUfunction>> functions;
+    // resident_blocks[v][e]: blocks of entry e of variant v that one SM
+    // holds at once (its registers and shared memory decide), for launchers
+    // that size a grid to one wave.
+    std::vector<std::vector<int>> resident_blocks;
     int sm_count = 1;
   };
   const Loaded& on(int device_index) const;

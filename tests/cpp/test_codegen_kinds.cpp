@@ -333,6 +333,41 @@ TEST(CodegenNorm, BatchNormReductionsCompileForEveryDtypeAndLayout) {
                                                               "grad_weight", "cols", "splits"}));
 }
 
+// The batch-norm knobs change the chunk stage's source: the row unroll is a
+// template argument, MYBACKEND_BN_MIN_BLOCKS the launch bounds' second
+// argument, which reaches the PTX as .minnctapersm (a register cap).
+TEST(CodegenTuning, BatchNormKnobsCompileAndBoundTheChunkStage) {
+  std::vector<Case> cases;
+  for (int unroll : {1, 2, 4, 8}) {
+    for (int min_blocks : {0, 3}) {
+      LaunchTuning t;
+      t.bn_row_unroll = unroll;
+      t.bn_min_blocks = min_blocks;
+      const ScopedLaunchTuning scope(t);
+      for (NormKind kind : {NormKind::BatchNormStats, NormKind::BatchNormBackward}) {
+        NormSpec spec;
+        spec.kind = kind;
+        spec.dtype = DType::BFloat16;
+        spec.out_dtype = spec.weight_dtype = DType::Float32;
+        spec.aligned = true;
+        const EmittedKernel k = emit_norm(spec);
+        EXPECT_NE(k.source.find(", 8, " + std::to_string(unroll) + ">"), std::string::npos)
+            << t.to_string();
+        EXPECT_EQ(k.source.find("__launch_bounds__(256, 3)") != std::string::npos, min_blocks == 3)
+            << t.to_string();
+        cases.push_back({std::string(norm_kind_name(kind)) + " " + t.to_string(), k});
+      }
+    }
+  }
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok()) << cases[i].label;
+    const bool bounded = cases[i].label.find("bn_min_blocks=3") != std::string::npos;
+    EXPECT_EQ(outcomes[i].kernel->image.find(".minnctapersm 3") != std::string::npos, bounded)
+        << cases[i].label;
+  }
+}
+
 TEST(CodegenNorm, BackwardEmitsParameterGradKernel) {
   NormSpec spec;
   spec.kind = NormKind::LayerNormBackward;
@@ -475,6 +510,9 @@ const char* fake_env(const char* name) {
   if (n == "MYBACKEND_NORM_VEC_PER_THREAD") return "16";
   if (n == "MYBACKEND_NORM_BLOCKS_PER_SM") return "8x";  // not a number: default
   if (n == "MYBACKEND_SOFTMAX_BLOCK") return "256";
+  if (n == "MYBACKEND_BN_BLOCKS_PER_SM") return "0";
+  if (n == "MYBACKEND_BN_MIN_BLOCKS") return "5";  // not allowed: default
+  if (n == "MYBACKEND_BN_CHUNK_PASSES") return "2";
   return nullptr;
 }
 
@@ -493,6 +531,9 @@ TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
   EXPECT_EQ(t.row_blocks_per_sm(false), defaults.norm_blocks_per_sm);
   EXPECT_NE(t.to_string().find("pw_block=512"), std::string::npos);
   EXPECT_NE(t.to_string().find("softmax_block=256"), std::string::npos);
+  EXPECT_EQ(t.bn_blocks_per_sm, 0);
+  EXPECT_EQ(t.bn_min_blocks, defaults.bn_min_blocks);
+  EXPECT_EQ(t.bn_chunk_passes, 2);
 }
 
 // Note [Few rows, smaller blocks]: BERT's 128 x 768 layer norm at batch 1.

@@ -87,6 +87,66 @@ TEST(FusionPlan, GroupsStayConvex) {
   EXPECT_NE(aten[0]->why.find("a lone reduction"), std::string::npos) << aten[0]->why;
 }
 
+// Note [Widening casts ride with their readers]: g = -relu(x) feeds a row
+// reduction and, through a cast to f32, the kernel after it. The cast joins
+// that kernel, which reads g in bf16; g's kernel stores only g. A narrowing
+// cast, and a widening one read by two groups, stay with their producer.
+TEST(FusionPlan, WideningCastsMoveToTheirReaders) {
+  auto build = [&](DType x_dtype, DType cast_dtype, bool second_reader) {
+    GraphBuilder b;
+    const TensorType xt = tensor(x_dtype, {4, 8});
+    ValueId x = b.add_input(out(xt, "x"));
+    ValueId r = b.add_node(NodeKind::Aten, "aten::relu.default", {v(x)}, {out(xt)}, "r")[0];
+    ValueId g = b.add_node(NodeKind::Aten, "aten::neg.default", {v(r)}, {out(xt)}, "g")[0];
+    ValueId s =
+        b.add_node(NodeKind::Aten, "aten::amax.default",
+                   {v(g), Argument::of_list({Argument::of_int(1)}), Argument::of_bool(true)},
+                   {out(tensor(x_dtype, {4, 1}))}, "s")[0];
+    const TensorType ct = tensor(cast_dtype, {4, 8});
+    ValueId c = b.add_node(NodeKind::Aten, "aten::_to_copy.default",
+                           {v(g), Argument::of_dtype(cast_dtype)}, {out(ct)}, "cast")[0];
+    ValueId d = b.add_node(NodeKind::Aten, "aten::sub.Tensor", {v(c), v(s)}, {out(ct)}, "d")[0];
+    ValueId e = b.add_node(NodeKind::Aten, "aten::exp.default", {v(d)}, {out(ct)}, "e")[0];
+    std::vector<Argument> outputs = {v(e)};
+    if (second_reader) {
+      // A reader after another reduction: a third group.
+      ValueId t =
+          b.add_node(NodeKind::Aten, "aten::amax.default",
+                     {v(e), Argument::of_list({Argument::of_int(1)}), Argument::of_bool(true)},
+                     {out(tensor(cast_dtype, {4, 1}))}, "t")[0];
+      ValueId u = b.add_node(NodeKind::Aten, "aten::sub.Tensor", {v(c), v(t)}, {out(ct)}, "u")[0];
+      ValueId w = b.add_node(NodeKind::Aten, "aten::neg.default", {v(u)}, {out(ct)}, "w")[0];
+      outputs.push_back(v(w));
+    }
+    b.set_outputs(outputs);
+    return b;
+  };
+  {
+    GraphBuilder b = build(DType::BFloat16, DType::Float32, false);
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
+    EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1}));
+    EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{3, 4, 5}));
+    EXPECT_EQ(pointwise[0]->pointwise->spec.outputs.size(), 1u);  // g only, in bf16
+    EXPECT_NE(pointwise[1]->spec.find("in0 bf16"), std::string::npos) << pointwise[1]->spec;
+  }
+  {
+    GraphBuilder b = build(DType::Float32, DType::BFloat16, false);  // narrowing
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
+    EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1, 3}));
+  }
+  {
+    GraphBuilder b = build(DType::BFloat16, DType::Float32, true);  // two reader groups
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    ASSERT_EQ(pointwise.size(), 3u) << p.plan.to_string();
+    EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1, 3}));
+  }
+}
+
 TEST(FusionPlan, InterleavedGroupsRunWhenTheirLastNodeCould) {
   // a[4,8] = exp(x); b[8] = exp(y); c = a * b (joins a); d[8] = neg(b)
   // (joins b); e = c + d (joins a): b's group runs first.

@@ -6,6 +6,7 @@ reductions, the normalization fused with the ReLU)."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -189,6 +190,41 @@ def test_cuda_plan_generates_the_reductions_and_fuses_the_normalization_with_rel
     assert {"aten::sub.Tensor", "aten::mul.Tensor"} <= {
         forward_ops[n] for n in relu_groups[0]["nodes"]
     }
+
+
+def test_autocast_backward_stores_the_relu_gradient_once_in_bf16(on_cpu: None) -> None:
+    """Under autocast the input-gradient kernel reads the ReLU gradient (bf16)
+    through a cast to f32; the cast rides with that kernel (Note [Widening
+    casts ride with their readers]) instead of storing an f32 copy of the
+    gradient beside the bf16 one the reduction reads."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        graphs = _aot_graphs(_block(), _image().requires_grad_())
+    backward = graphs["backward"]
+    for node in backward.graph.nodes:  # traced on the CPU: its constants too
+        device = node.kwargs.get("device")
+        if isinstance(device, torch.device) and device.type == "cpu":
+            node.kwargs = {**node.kwargs, "device": torch.device("cuda")}
+    backward.recompile()
+    kernels, ops = _kernels(backward, generated_kernels=True)
+    relu_backward = [
+        k
+        for k in kernels
+        if k["kind"] == "pointwise" and "aten::where.self" in [ops[n] for n in k["nodes"]]
+    ]
+    assert relu_backward, kernels
+    for k in relu_backward:
+        stored = re.findall(r"\bout\d+ (\w+)", k["spec"])
+        assert stored == ["bf16"], k["spec"]
+    input_gradients = [
+        k
+        for k in kernels
+        if k["kind"] == "pointwise"
+        and ops[k["nodes"][0]] == "aten::_to_copy.default"
+        and "aten::sub.Tensor" in [ops[n] for n in k["nodes"]]
+    ]
+    assert input_gradients, kernels
+    for k in input_gradients:
+        assert "out0 f32" not in k["spec"], k["spec"]
 
 
 def test_cuda_plan_refuses_a_batch_norm_reduction_over_a_contiguous_layout() -> None:

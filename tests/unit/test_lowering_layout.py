@@ -80,6 +80,30 @@ def test_convolutions_read_channels_last_and_results_match() -> None:
         assert got.stride() == want.stride()  # callers see eager's strides
 
 
+def test_autocast_converts_the_casts_and_not_the_activations_between_convolutions() -> None:
+    """Under autocast every convolution reads a bf16 cast, so no operand is a
+    graph input and one round converts the casts and the ReLU output between
+    the convolutions together; propagation makes the ReLU output
+    channels-last by itself, and its copy is dropped."""
+    module = ConvBlock().eval()
+    x = torch.randn(2, 3, 10, 12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, planned, copies, out = _planned(module, x)
+    clones = [
+        n
+        for n in _nodes(planned, aten.clone.default)
+        if n.kwargs["memory_format"] == torch.channels_last
+    ]
+    assert [c.args[0].target for c in clones] == [aten._to_copy.default] * 3, clones
+    assert copies == len(_nodes(planned, aten.clone.default))
+    for conv in _nodes(planned, aten.convolution.default):
+        assert conv.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last), conv
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = module(x)
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_graph_without_convolution_is_left_alone() -> None:
     module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     gm, planned, copies, _ = _planned(module, torch.randn(2, 4))
@@ -121,7 +145,11 @@ def _channels_last_4d(gm: torch.fx.GraphModule) -> list[bool]:
     return [
         v.is_contiguous(memory_format=torch.channels_last) and not v.is_contiguous()
         for v in values
-        if isinstance(v, torch.Tensor) and v.dim() == 4 and v.shape[1] > 1
+        # 1x1 images (a 1x1 convolution's saved weight copy) are both layouts.
+        if isinstance(v, torch.Tensor)
+        and v.dim() == 4
+        and v.shape[1] > 1
+        and v.shape[2:].numel() > 1
     ]
 
 
@@ -153,6 +181,20 @@ def test_training_is_planned_on_the_joint_graph(channels_last: bool) -> None:
     (backward,) = [r.gm for r in records if r.kind == "backward"]
     saved = _channels_last_4d(backward)
     assert saved and all(saved) if channels_last else not any(saved), saved
+    # The convolution backward reads the forward's channels-last input and
+    # weight copies: the library call has nothing to convert.
+    operands = [
+        n.args[i].meta["val"]
+        for n in backward.graph.find_nodes(
+            op="call_function", target=aten.convolution_backward.default
+        )
+        for i in (1, 2)  # (the output's gradient arrives in the output's NCHW strides)
+    ]
+    spatial = [v for v in operands if v.shape[2] * v.shape[3] > 1]
+    assert spatial
+    assert all(
+        v.is_contiguous(memory_format=torch.channels_last) == channels_last for v in spatial
+    ), [(tuple(v.shape), v.stride()) for v in spatial]
 
 
 @pytest.mark.parametrize("grad", [False, True])
