@@ -98,6 +98,15 @@ __device__ __forceinline__ void merge_row_groups(typename R::AccT (&acc)[VEC], i
 // MYBACKEND_BN_ROW_UNROLL) before they accumulate them: loads in flight,
 // not a chain of one load, one update. The totals stage batches its loads
 // the same way.
+//
+// Note [Loads in flight at storage width]
+// The rows in flight stay in their storage type (8 bf16 in 4 registers) and
+// are converted to fp32 where they are accumulated. Converted at the load,
+// U = 4 rows of 8 channels held 32 fp32 registers per tensor: the
+// statistics kernel took 88 registers a thread and the backward sums 125,
+// so an H100 SM held 2 blocks of 256 threads (ptxas, sm_90). At storage
+// width they take 72 and 80: 3 blocks, half as many bytes in flight again,
+// without the spills a __launch_bounds__ cap causes (MYBACKEND_BN_MIN_BLOCKS).
 enum : int { kTotalsUnroll = 4 };
 
 // Stage two: a block of 32 channels x kTotalsGroups groups of chunks. Each
@@ -156,11 +165,11 @@ __device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ 
     if (s.channel < cols && s.row < s.end) {
       load_compute<VEC>(x + s.row * cols + s.channel, shift);
       for (I r = s.row; r < s.end; r += U * s.step) {
-        float v[U][VEC];
+        T v[U][VEC];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (r + u * s.step < s.end)
-            load_compute<VEC>(x + (r + u * s.step) * cols + s.channel, v[u]);
+            load_stored<VEC>(x + (r + u * s.step) * cols + s.channel, v[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -168,7 +177,7 @@ __device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ 
           count += 1.f;
 #pragma unroll
           for (int k = 0; k < VEC; ++k) {
-            const float d = v[u][k] - shift[k];
+            const float d = to_compute(v[u][k]) - shift[k];
             sum[k] += d;
             squares[k] = fmaf(d, d, squares[k]);
           }
@@ -253,21 +262,22 @@ __device__ __forceinline__ void batch_norm_backward_partials(const T* __restrict
 #pragma unroll
       for (int k = 0; k < VEC; ++k) mu[k] = mean[s.channel + k];
       for (I r = s.row; r < s.end; r += U * s.step) {
-        float g[U][VEC], v[U][VEC];
+        T g[U][VEC], v[U][VEC];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (r + u * s.step >= s.end) continue;
           const I at = (r + u * s.step) * cols + s.channel;
-          load_compute<VEC>(grad_out + at, g[u]);
-          load_compute<VEC>(x + at, v[u]);
+          load_stored<VEC>(grad_out + at, g[u]);
+          load_stored<VEC>(x + at, v[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (r + u * s.step >= s.end) break;
 #pragma unroll
           for (int k = 0; k < VEC; ++k) {
-            acc[k].a += g[u][k];
-            acc[k].b += g[u][k] * (v[u][k] - mu[k]);
+            const float gk = to_compute(g[u][k]);
+            acc[k].a += gk;
+            acc[k].b += gk * (to_compute(v[u][k]) - mu[k]);
           }
         }
       }

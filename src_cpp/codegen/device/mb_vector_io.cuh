@@ -89,6 +89,18 @@ __device__ __forceinline__ void load_compute(const T* __restrict__ p, C (&out)[N
   }
 }
 
+// N elements in their storage type, converted where they are used: a thread
+// that keeps several rows of loads in flight holds them at storage width
+// (Note [Loads in flight at storage width] in mb_batch_norm.cuh).
+template <int N, class T>
+__device__ __forceinline__ void load_stored(const T* __restrict__ p, T (&out)[N]) {
+  if constexpr (N == 1) {
+    out[0] = p[0];
+  } else {
+    load_vec<N>(p, out);
+  }
+}
+
 template <int N, class T, class C>
 __device__ __forceinline__ void store_compute(T* __restrict__ p, const C (&in)[N]) {
   if constexpr (N == 1) {
