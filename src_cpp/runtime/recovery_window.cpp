@@ -5,9 +5,16 @@
 namespace mybackend {
 
 std::uint64_t input_signature(const std::vector<c10::IValue>& inputs) {
+  // A word at a time: every call hashes every input (ResNet-50's inference
+  // graph has about 270), and the byte-wise FNV loop is a chain of eight
+  // dependent multiplies per word: about 0.15 us a tensor, 40 us a call on
+  // the development machine. Each step, an xor, a multiply by an odd number
+  // and an xor-shift, is a bijection of the running hash, so two signatures
+  // that differ in one word never collide.
   std::uint64_t hash = kFnvOffsetBasis;
   auto add = [&hash](std::int64_t word) {
-    hash = fnv1a64(std::string_view(reinterpret_cast<const char*>(&word), sizeof word), hash);
+    hash = (hash ^ static_cast<std::uint64_t>(word)) * 0x9E3779B97F4A7C15ULL;
+    hash ^= hash >> 29;
   };
   add(static_cast<std::int64_t>(inputs.size()));
   for (const c10::IValue& v : inputs) {
