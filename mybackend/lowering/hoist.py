@@ -37,6 +37,8 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
+from mybackend import _C
+
 
 def _node_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     found: list[torch.fx.Node] = []
@@ -143,19 +145,23 @@ class HoistedValues:
         self._prepare = plan.prepare
         self._positions = plan.prepare_inputs
         self._lock = threading.Lock()
-        self._key: tuple[Any, ...] | None = None
+        # Note [Watching hoisted inputs] (src_cpp/runtime/input_versions.h):
+        # one pass in C++ per call, not a tuple per input in Python.
+        self._versions = _C.InputVersions(list(self._positions))
         self._values: list[torch.Tensor] = []
         self.computed = 0  # how many times prepare ran (tests, explain)
 
-    def values(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
-        read = [inputs[i] for i in self._positions]
-        key = tuple((t.data_ptr(), t._version, t.device) for t in read)
+    def values(self, inputs: list[Any]) -> list[torch.Tensor]:
         with self._lock:
-            if key != self._key:
+            if self._versions.changed(inputs):
                 self._values = []  # the old values go before the new ones are made
-                with torch.no_grad():
-                    self._values = list(self._prepare(*read))
-                self._key = key
+                read = [inputs[i] for i in self._positions]
+                try:
+                    with torch.no_grad():
+                        self._values = list(self._prepare(*read))
+                except BaseException:
+                    self._versions.forget()  # the next call prepares again
+                    raise
                 self.computed += 1
             return self._values
 

@@ -5,6 +5,7 @@
 #include "fusion/pointwise_lowering.h"
 #include "pipeline/pipeline.h"
 #include "runtime/generated_kernel.h"
+#include "runtime/input_versions.h"
 #ifdef MYBACKEND_WITH_CUDA
 #include "codegen/emit.h"
 #endif
@@ -283,6 +284,27 @@ void bind_compile(py::module_& m) {
       .def("stats", &stats_to_dict)
       .def_property_readonly("graph",
                              [](const CompiledGraph& c) { return c.graph().to_text(true); });
+
+  py::class_<InputVersions>(m, "InputVersions")
+      .def(py::init<std::vector<std::int64_t>>(), py::arg("positions"))
+      .def(
+          "changed",
+          [](InputVersions& versions, const py::list& args) {
+            std::vector<const at::Tensor*> tensors;
+            tensors.reserve(versions.positions().size());
+            const auto count = static_cast<std::int64_t>(PyList_GET_SIZE(args.ptr()));
+            for (std::int64_t position : versions.positions()) {
+              PyObject* item = position < count ? PyList_GET_ITEM(args.ptr(), position) : nullptr;
+              tensors.push_back(
+                  item != nullptr && THPVariable_Check(item) ? &THPVariable_Unpack(item) : nullptr);
+            }
+            return versions.changed(tensors);
+          },
+          py::arg("args"),
+          "True on the first call and whenever an input at the watched positions is another "
+          "tensor, or at another address, device or version, than at the last call that "
+          "returned True (Note [Watching hoisted inputs])")
+      .def("forget", &InputVersions::forget, "Makes the next changed() True.");
 
   m.def(
       "kernel_cache_stats",

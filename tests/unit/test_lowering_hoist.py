@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
@@ -90,6 +91,58 @@ def test_prepare_runs_once_per_parameter_version() -> None:
     assert hoisted.values(real_inputs) is first and hoisted.computed == 1
     real_inputs[plan.prepare_inputs[0]].add_(1.0)
     assert hoisted.values(real_inputs) is not first and hoisted.computed == 2
+
+
+def test_input_versions_see_every_kind_of_parameter_change() -> None:
+    """Note [Watching hoisted inputs]: the C++ watcher behind HoistedValues."""
+    from mybackend import _C
+
+    weight, other = torch.randn(4), torch.randn(3)
+    args: list[Any] = [torch.randn(2), weight, other]
+    versions = _C.InputVersions([1, 2])
+    assert versions.changed(args)  # the first call
+    assert not versions.changed(args)
+    assert not versions.changed([torch.randn(2), weight, other])  # unwatched input: no change
+    weight.add_(1.0)  # in place: a new version
+    assert versions.changed(args) and not versions.changed(args)
+    weight.data = torch.randn(4)  # a new tensor behind the same object
+    assert versions.changed(args) and not versions.changed(args)
+    args[2] = other.clone()  # another tensor at a watched position
+    assert versions.changed(args) and not versions.changed(args)
+    args[2] = args[2][1:]  # a view: another address
+    assert versions.changed(args) and not versions.changed(args)
+    versions.forget()
+    assert versions.changed(args)
+    assert versions.changed([args[0], weight, None])  # not a tensor: always a change
+    assert versions.changed([args[0], weight, None])
+    assert versions.changed([args[0]])  # the list is too short: a change
+    with torch.inference_mode():
+        frozen = torch.randn(3)
+    assert versions.changed([args[0], weight, frozen])  # no version counter: always a change
+    assert versions.changed([args[0], weight, frozen])
+
+
+def test_a_failing_prepare_runs_again_on_the_next_call() -> None:
+    module = _bn_module()
+    gm, example_inputs, static = _inference_graph(module, torch.randn(2, 3, 8, 8))
+    plan = hoist_parameter_work(gm, example_inputs, static)
+    assert plan is not None
+    hoisted = HoistedValues(plan)
+    real_inputs = [torch.randn(t.shape, dtype=t.dtype) for t in example_inputs]
+    prepare = hoisted._prepare
+    calls = []
+
+    def failing(*args: Any) -> Any:
+        calls.append(1)
+        raise RuntimeError("prepare failed")
+
+    hoisted._prepare = failing  # type: ignore[assignment]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="prepare failed"):
+            hoisted.values(real_inputs)
+    assert len(calls) == 2 and hoisted.computed == 0
+    hoisted._prepare = prepare
+    assert hoisted.values(real_inputs) and hoisted.computed == 1
 
 
 def test_views_of_weights_stay_in_the_main_graph() -> None:
