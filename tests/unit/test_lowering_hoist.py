@@ -80,13 +80,17 @@ def test_hoisted_values_follow_parameter_updates() -> None:
             torch.testing.assert_close(got, want)
 
 
-def test_prepare_runs_once_per_parameter_version() -> None:
+def _hoisted_bn_block() -> tuple[Any, HoistedValues, list[torch.Tensor]]:
+    """The BN block's hoist plan, its HoistedValues, and real inputs like its examples."""
     module = _bn_module()
     gm, example_inputs, static = _inference_graph(module, torch.randn(2, 3, 8, 8))
     plan = hoist_parameter_work(gm, example_inputs, static)
     assert plan is not None
-    hoisted = HoistedValues(plan)
-    real_inputs = [torch.randn(t.shape, dtype=t.dtype) for t in example_inputs]
+    return plan, HoistedValues(plan), [torch.randn(t.shape, dtype=t.dtype) for t in example_inputs]
+
+
+def test_prepare_runs_once_per_parameter_version() -> None:
+    plan, hoisted, real_inputs = _hoisted_bn_block()
     first = hoisted.values(real_inputs)
     assert hoisted.values(real_inputs) is first and hoisted.computed == 1
     real_inputs[plan.prepare_inputs[0]].add_(1.0)
@@ -123,12 +127,7 @@ def test_input_versions_see_every_kind_of_parameter_change() -> None:
 
 
 def test_a_failing_prepare_runs_again_on_the_next_call() -> None:
-    module = _bn_module()
-    gm, example_inputs, static = _inference_graph(module, torch.randn(2, 3, 8, 8))
-    plan = hoist_parameter_work(gm, example_inputs, static)
-    assert plan is not None
-    hoisted = HoistedValues(plan)
-    real_inputs = [torch.randn(t.shape, dtype=t.dtype) for t in example_inputs]
+    _, hoisted, real_inputs = _hoisted_bn_block()
     prepare = hoisted._prepare
     calls = []
 
