@@ -34,6 +34,7 @@ from mybackend.lowering import lower
 from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
 from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
+from mybackend.lowering.mutations import batch_input_mutations
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
 
@@ -129,6 +130,8 @@ def _compile_now(
     planned = gm
     try:
         start = time.perf_counter()
+        if batched := batch_input_mutations(planned):
+            log.debug("%s: %d input mutations batched", name, batched)
         if options.pad_matmuls:
             planned, padded = pad_matmuls(planned, example_inputs, kind)
             if padded:

@@ -52,7 +52,8 @@ def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
     return any(isinstance(a, symbolic) for a in flat)
 
 
-def _is_view(target: torch._ops.OpOverload) -> bool:
+def is_view_op(target: torch._ops.OpOverload) -> bool:
+    """Whether the op's result may share memory with an argument."""
     return any(r.alias_info is not None for r in target._schema.returns)
 
 
@@ -88,7 +89,9 @@ def hoist_parameter_work(
         args = _node_args(node)
         if _hoistable_op(node) and all(a in static or a in derived for a in args):
             derived.add(node)
-            computes[node] = not _is_view(node.target) or any(computes.get(a, False) for a in args)
+            computes[node] = not is_view_op(node.target) or any(
+                computes.get(a, False) for a in args
+            )
     frontier = [
         n
         for n in gm.graph.nodes

@@ -41,6 +41,33 @@ TEST(ArgumentToIValue, IntsForFloatParametersBecomeDoubles) {
   EXPECT_DOUBLE_EQ(value.toDouble(), 1.0);
 }
 
+// Note [Batched input mutations] (mybackend/lowering/mutations.py) hands
+// the running statistics to _foreach_copy_ as a list: the inputs it writes
+// must still count as mutated, so that CUDA graphs keep them static.
+TEST(MutatedInputs, ElementsOfAWrittenListArgumentAreMutated) {
+  GraphBuilder b;
+  TensorType t;
+  t.dtype = DType::Float32;
+  t.device = Device::parse("cpu");
+  t.sizes = {Dim(4)};
+  t.strides = {Dim(1)};
+  const GraphBuilder::OutputSpec spec{ValueKind::Tensor, t, std::nullopt, ""};
+  const ValueId read_only = b.add_input(spec);
+  const ValueId first = b.add_input(spec);
+  const ValueId second = b.add_input(spec);
+  const ValueId doubled =
+      b.add_node(NodeKind::Aten, "aten::add.Tensor",
+                 {Argument::of_value(read_only), Argument::of_value(read_only)}, {spec}, "add")[0];
+  b.add_node(NodeKind::Aten, "aten::_foreach_copy_.default",
+             {Argument::of_list({Argument::of_value(first), Argument::of_value(second)}),
+              Argument::of_list({Argument::of_value(doubled), Argument::of_value(read_only)}),
+              Argument::of_bool(false)},
+             {}, "foreach_copy");
+  b.set_outputs({Argument::of_value(doubled)});
+  const Graph graph = b.build();
+  EXPECT_EQ(mutated_inputs(graph), (std::vector<int>{1, 2}));
+}
+
 }  // namespace
 }  // namespace mybackend
 
