@@ -52,8 +52,8 @@ import torch.fx
 from torch._guards import detect_fake_mode
 
 from mybackend.lowering.fake_prop import (
+    Repropagation,
     insert_clone,
-    propagate_until_view_fails,
     restore_output_strides,
 )
 
@@ -176,6 +176,7 @@ def plan_channels_last(
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))  # meta copied shallowly: FakeTensors shared
     planned = torch.fx.GraphModule(gm, graph)
+    propagation = Repropagation(planned)
     # Round 1 converts graph inputs (activations and weights); everything
     # computed from them takes its layout from propagation. Later rounds
     # convert what propagation left in NCHW (after a layout-changing op), and
@@ -184,8 +185,7 @@ def plan_channels_last(
     try:
         copies = _convert_convolution_operands(graph, _planned_convolutions(graph), True, converted)
         for _ in range(_MAX_ROUNDS):
-            planned.recompile()
-            view = propagate_until_view_fails(planned, example_inputs)
+            view = propagation.until_view_fails(example_inputs)
             if view is not None:
                 source = view.args[0]
                 assert isinstance(source, torch.fx.Node)

@@ -56,8 +56,8 @@ import torch.fx
 from torch._guards import detect_fake_mode
 
 from mybackend.lowering.fake_prop import (
+    Repropagation,
     insert_clone,
-    propagate_until_view_fails,
     restore_output_strides,
 )
 
@@ -309,13 +309,13 @@ def pad_matmuls(
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     padded = torch.fx.GraphModule(gm, graph)
+    propagation = Repropagation(padded)
     try:
         count = _pad_products(graph, device_types)
         if count == 0:
             return gm, 0
         for _ in range(_MAX_ROUNDS):
-            padded.recompile()
-            view = propagate_until_view_fails(padded, example_inputs)
+            view = propagation.until_view_fails(example_inputs)
             if view is None:
                 break
             source = view.args[0]
