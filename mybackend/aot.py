@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch._functorch.config as functorch_config
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -23,6 +24,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from mybackend import _C
 from mybackend._logging import get_logger, warn_once
 from mybackend.attention_masks import rewrite_attention_masks
+from mybackend.common_subexpressions import eliminate_common_subexpressions
 from mybackend.compile_times import PARTITION, timed, timed_graph_compile
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
 from mybackend.cross_entropy import rewrite_cross_entropy
@@ -87,6 +89,17 @@ def _partition(
             joint, padded = pad_matmuls(joint, placeholder_values(joint), "joint")
             if padded:
                 log.debug("joint graph: %d matrix products padded", padded)
+        return min_cut_partition(joint, joint_inputs, **kwargs)
+
+
+def min_cut_partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+    """torch's min-cut partitioner after our common-subexpression pass, with
+    its own off (Note [Our own common-subexpression pass])."""
+    merged = eliminate_common_subexpressions(joint.graph)
+    if merged:
+        log.debug("joint graph: %d common subexpressions merged", merged)
+    joint.recompile()
+    with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
