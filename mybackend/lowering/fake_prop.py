@@ -127,23 +127,23 @@ class _Propagation(FakeTensorProp):
         except Exception:
             self.failed.append(n)
             raise
-        if not _same_metadata(old, n.meta.get("val", _MISSING)):
+        if not same_metadata(old, n.meta.get("val", _MISSING)):
             self.changed.add(n)
         return result
 
 
-def _same_metadata(a: Any, b: Any) -> bool:
+def same_metadata(a: Any, b: Any) -> bool:
     """Whether two propagated values have equal metadata (no guards added)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return (
             a.dtype == b.dtype
             and a.device == b.device
-            and _same_dims(a.shape, b.shape)
-            and _same_dims(a.stride(), b.stride())
-            and _same_dims([a.storage_offset()], [b.storage_offset()])
+            and same_dims(a.shape, b.shape)
+            and same_dims(a.stride(), b.stride())
+            and same_dims([a.storage_offset()], [b.storage_offset()])
         )
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same_metadata(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(same_metadata(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, torch.SymInt | torch.SymFloat | torch.SymBool):
         return type(a) is type(b) and a.node.expr == b.node.expr
     if isinstance(a, bool | int | float) or a is None:
@@ -151,7 +151,8 @@ def _same_metadata(a: Any, b: Any) -> bool:
     return False
 
 
-def _same_dims(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def same_dims(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Equal sizes (or strides), symbolic ones by expression: no guard added."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):

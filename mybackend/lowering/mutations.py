@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from mybackend.lowering.fake_prop import same_dims
 from mybackend.lowering.hoist import is_view_op
 
 aten = torch.ops.aten
@@ -100,7 +101,7 @@ def _batchable_copy(node: torch.fx.Node, order: dict[torch.fx.Node, int]) -> str
     old, new = dst.meta.get("val"), src.meta.get("val")
     if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
         return None
-    if old.shape != new.shape or old.dtype != new.dtype or old.device != new.device:
+    if not same_dims(old.shape, new.shape) or old.dtype != new.dtype or old.device != new.device:
         return None
     if _view_root(src).op == "placeholder":  # may alias another batched input
         return None

@@ -11,7 +11,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from mybackend.lowering.fake_prop import Repropagation, _same_metadata, insert_clone
+from mybackend.lowering.fake_prop import Repropagation, insert_clone, same_metadata
 
 aten = torch.ops.aten
 
@@ -73,7 +73,7 @@ def test_only_the_rewritten_branch_runs_again_and_every_value_matches_a_full_pas
     full = _metadata(gm)
     assert full.keys() == incremental.keys()
     for name, value in full.items():
-        assert _same_metadata(value, incremental[name]), name
+        assert same_metadata(value, incremental[name]), name
 
 
 def test_a_second_call_runs_only_what_changed_since_the_first(runs: list[str]) -> None:
@@ -126,4 +126,4 @@ def test_a_pass_stopped_by_a_view_is_followed_by_a_full_pass(runs: list[str]) ->
     ],
 )
 def test_metadata_comparison(a: Any, b: Any, same: bool) -> None:
-    assert _same_metadata(a, b) is same
+    assert same_metadata(a, b) is same

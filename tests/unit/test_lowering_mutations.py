@@ -143,3 +143,22 @@ def test_compiled_training_updates_running_statistics_through_multi_tensor_ops()
     assert forward.ir_text.count("aten::_foreach_add_.Scalar") == 1
     for (name, want), got in zip(eager.named_buffers(), compiled_module.buffers(), strict=True):
         torch.testing.assert_close(got, want, msg=name)
+
+
+def test_symbolic_sizes_are_compared_without_guards() -> None:
+    """Dynamic shapes: sizes are compared by expression, so the pass adds no
+    guard to the shape environment (the graph is already traced)."""
+
+    def two(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        a.copy_(x.sum(0))
+        b.copy_(x.amax(0))
+        return x * 2
+
+    gm = make_fx(two, tracing_mode="symbolic")(torch.randn(5), torch.randn(5), torch.randn(3, 5))
+    shape_env = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"].fake_mode
+    guards = len(shape_env.shape_env.guards)
+
+    assert batch_input_mutations(gm) == 2
+
+    assert len(shape_env.shape_env.guards) == guards
+    assert len(_calls(gm, aten._foreach_copy_.default)) == 1
