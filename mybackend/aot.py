@@ -95,7 +95,12 @@ def _partition(
 def min_cut_partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
     """torch's min-cut partitioner after our common-subexpression pass, with
     its own off (Note [Our own common-subexpression pass])."""
-    merged = eliminate_common_subexpressions(joint.graph)
+    try:
+        merged = eliminate_common_subexpressions(joint.graph)
+    except Exception as error:  # each merge leaves a valid graph: torch's pass finishes
+        log.debug("joint graph: our CSE failed (%s); torch's runs", error)
+        joint.recompile()
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     if merged:
         log.debug("joint graph: %d common subexpressions merged", merged)
     joint.recompile()

@@ -27,7 +27,9 @@ forward and backward graphs it makes on ResNet-50- and GPT-2-like blocks):
 
 Merging is in place: the later node's readers read the earlier node, and
 the later node is erased. Dead code is removed first, as the partitioner
-does, so a dead node never stands in for a live one.
+does, so a dead node never stands in for a live one. Each merge leaves a
+valid graph, so if the pass fails midway the partitioner runs with torch's
+pass on what it left (``min_cut_partition``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 import torch._functorch.config as functorch_config
 from torch import nn
@@ -146,3 +147,27 @@ def test_a_training_compile_does_not_load_inductor() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert result.stdout.strip().splitlines()[-1] == "False", result.stdout + result.stderr
+
+
+def test_a_failing_pass_leaves_the_partition_to_torchs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a compile failure: the partitioner runs with torch's own pass."""
+    import mybackend.aot as aot
+
+    def broken(graph: torch.fx.Graph) -> int:
+        raise RuntimeError("broken pass")
+
+    seen: list[bool] = []
+
+    def partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+        seen.append(functorch_config.cse)
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+    monkeypatch.setattr(aot, "eliminate_common_subexpressions", broken)
+    monkeypatch.setattr(aot, "min_cut_rematerialization_partition", partition)
+    model = nn.Sequential(nn.Linear(4, 4), nn.GELU())
+    x = torch.randn(2, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    compiled(x).sum().backward()
+    assert seen == [True]
+    torch.testing.assert_close(compiled(x), model(x))
