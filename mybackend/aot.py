@@ -99,11 +99,10 @@ def min_cut_partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: 
         merged = eliminate_common_subexpressions(joint.graph)
     except Exception as error:  # each merge leaves a valid graph: torch's pass finishes
         log.debug("joint graph: our CSE failed (%s); torch's runs", error)
-        joint.recompile()
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     if merged:
         log.debug("joint graph: %d common subexpressions merged", merged)
-    joint.recompile()
+    # No recompile here: the partitioner's first step is one.
     with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
