@@ -12,6 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from mybackend.lowering.fake_prop import Repropagation, insert_clone, same_metadata
+from mybackend.lowering.layout import placeholder_values
 
 aten = torch.ops.aten
 
@@ -26,7 +27,7 @@ def _two_branches(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch
 
 def _graph() -> tuple[torch.fx.GraphModule, list[Any]]:
     gm = make_fx(_two_branches, tracing_mode="fake")(torch.randn(2, 3, 4, 5), torch.randn(6, 7))
-    inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = placeholder_values(gm)
     return gm, inputs
 
 
@@ -96,7 +97,7 @@ def test_a_pass_stopped_by_a_view_is_followed_by_a_full_pass(runs: list[str]) ->
         return (torch.relu(x) + 1).view(2, -1) * 3
 
     gm = make_fx(flatten, tracing_mode="fake")(torch.randn(2, 3, 4, 5))
-    inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = placeholder_values(gm)
     propagation = Repropagation(gm)
     _channels_last_copy_of_x(gm)
 
