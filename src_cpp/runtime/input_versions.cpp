@@ -23,19 +23,20 @@ bool InputVersions::same(const Seen& seen, const at::Tensor& t) {
 }
 
 bool InputVersions::changed(const std::vector<const at::Tensor*>& tensors) {
-  bool unchanged = seen_.size() == tensors.size();
+  bool unchanged = remembered_ && seen_.size() == tensors.size();
   for (std::size_t k = 0; unchanged && k < tensors.size(); ++k) {
     unchanged = tensors[k] != nullptr && tensors[k]->defined() && same(seen_[k], *tensors[k]);
   }
   if (unchanged) return false;
-  seen_.clear();
+  forget();
   for (const at::Tensor* t : tensors) {
     if (t == nullptr || !t->defined()) {
-      seen_.clear();  // not all tensors: the next call is a change again
+      forget();  // not all tensors: the next call is a change again
       return true;
     }
     seen_.emplace_back(*t);
   }
+  remembered_ = true;
   return true;
 }
 

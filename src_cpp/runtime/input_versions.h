@@ -39,7 +39,10 @@ class InputVersions {
   bool changed(const std::vector<const at::Tensor*>& tensors);
 
   // The next changed() is true (the work that followed the last one failed).
-  void forget() { seen_.clear(); }
+  void forget() {
+    seen_.clear();
+    remembered_ = false;
+  }
 
  private:
   struct Seen {
@@ -54,6 +57,10 @@ class InputVersions {
 
   std::vector<std::int64_t> positions_;
   std::vector<Seen> seen_;
+  // Whether seen_ holds a call's tensors: with no positions to watch (a
+  // hoisted constant reads no input) an empty seen_ alone would make the
+  // first call look unchanged, and its values would never be computed.
+  bool remembered_ = false;
 };
 
 }  // namespace mybackend

@@ -126,6 +126,27 @@ def test_input_versions_see_every_kind_of_parameter_change() -> None:
     assert versions.changed([args[0], weight, frozen])
 
 
+def test_hoisted_constants_that_read_no_input_are_computed_on_the_first_call() -> None:
+    """A hoisted node with no input to watch (a constant the graph makes) is
+    still prepared on the first call: the watcher of no inputs starts changed."""
+    from mybackend import _C
+
+    versions = _C.InputVersions([])
+    assert versions.changed([torch.randn(2)]) and not versions.changed([torch.randn(2)])
+    versions.forget()
+    assert versions.changed([])
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.arange(4.0).exp()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="mybackend", options={"strict": True})
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(compiled(x), fn(x))
+
+
 def test_a_failing_prepare_runs_again_on_the_next_call() -> None:
     _, hoisted, real_inputs = _hoisted_bn_block()
     prepare = hoisted._prepare
