@@ -31,7 +31,6 @@ void register_view_ops(CapabilityRegistry& registry) {
                          "aten::tril.default", "aten::triu.default", "aten::scatter_add.default",
                          "aten::index_put.default", "aten::stack.default",
                          "aten::avg_pool2d.default", "aten::avg_pool2d_backward.default",
-                         "aten::max_pool2d_with_indices_backward.default",
                          "aten::_adaptive_avg_pool2d.default",
                          "aten::_adaptive_avg_pool2d_backward.default"}) {
     registry.add(op, OpClass::Other, numeric);

@@ -1,7 +1,9 @@
 // Max-pool kernels (Note [Pool groups] in fusion/pool_planner.h): a Load
 // functor (the prologue at one window element, for `vector` channels), a
 // Store functor (pooled values and indices) and a call into the window loop
-// of device/mb_pool.cuh.
+// of device/mb_pool.cuh. The backward's Load is the gradient's prologue at
+// one output element, its Store writes the input-space sums, and the
+// indices come in as a pointer argument.
 //
 // Each prologue input is read as its PoolRead says: Window inputs at the
 // window element's offset (a vector load in NHWC), Channel inputs once per
@@ -97,6 +99,12 @@ void emit_store_struct(const PoolSpec& spec, std::ostringstream& src) {
   const std::string vec = std::to_string(spec.vector);
   const std::string value(compute_type(spec.dtype));
   src << "struct Store {\n  " << storage_type(spec.dtype) << "* __restrict__ out;\n";
+  if (spec.backward) {  // the gradient sums of `vector` input elements
+    src << "  __device__ __forceinline__ void operator()(const I at, const " << value << " (&v)["
+        << vec << "]) const {\n"
+        << "    mb::store_compute<" << vec << ">(out + at, v);\n  }\n};\n\n";
+    return;
+  }
   if (spec.store_indices) src << "  mb::i64* __restrict__ indices;\n";
   src << "  __device__ __forceinline__ void operator()(const I at, const " << value << " (&v)["
       << vec << "], const I (&where)[" << vec << "]) const {\n"
@@ -140,7 +148,9 @@ EmittedKernel emit_pool(const PoolSpec& spec) {
   }
   add(std::string(storage_type(spec.dtype)) + "* __restrict__ out",
       {KernelParam::Kind::Pointer, "out"});
-  if (spec.store_indices) {
+  if (spec.backward) {
+    add("const mb::i64* __restrict__ indices", {KernelParam::Kind::Pointer, "indices"});
+  } else if (spec.store_indices) {
     add("mb::i64* __restrict__ indices", {KernelParam::Kind::Pointer, "indices"});
     store_init.push_back("indices");
   }
@@ -175,8 +185,10 @@ EmittedKernel emit_pool(const PoolSpec& spec) {
       << "  const Load load{" << join(load_init) << "};\n"
       << "  const Store store{" << join(store_init) << "};\n"
       << "  const mb::PoolShape<I> shape{" << join(shape) << "};\n"
-      << "  mb::max_pool2d<" << (spec.layout == PoolLayout::ChannelsLast ? "true" : "false") << ", "
-      << std::to_string(spec.vector) << ", I>(load, store, shape);\n"
+      << "  mb::" << (spec.backward ? "max_pool2d_backward<" : "max_pool2d<")
+      << (spec.layout == PoolLayout::ChannelsLast ? "true" : "false") << ", "
+      << std::to_string(spec.vector) << ", I>(load, " << (spec.backward ? "indices, " : "")
+      << "store, shape);\n"
       << "}\n";
   return EmittedKernel{src.str(), {entry}};
 }

@@ -188,9 +188,10 @@ std::uint64_t CastGroupSpec::hash() const { return fnv1a64(to_string()); }
 
 std::string PoolSpec::to_string() const {
   std::ostringstream out;
-  out << "max_pool2d layout=" << pool_layout_name(layout) << " dtype=" << dtype_short_name(dtype)
-      << " vector=" << std::to_string(vector) << " indices=" << flag(store_indices)
-      << " index=" << (index64 ? "i64" : "i32") << " threads=" << std::to_string(threads) << "\n";
+  out << (backward ? "max_pool2d_backward" : "max_pool2d") << " layout=" << pool_layout_name(layout)
+      << " dtype=" << dtype_short_name(dtype) << " vector=" << std::to_string(vector);
+  if (!backward) out << " indices=" << flag(store_indices);
+  out << " index=" << (index64 ? "i64" : "i32") << " threads=" << std::to_string(threads) << "\n";
   out << "  reads=";
   for (std::size_t k = 0; k < reads.size(); ++k) out << (k ? "," : "") << pool_read_name(reads[k]);
   out << "\n";

@@ -315,11 +315,21 @@ std::string_view pool_read_name(PoolRead read);
 // greater than the best so far or NaN (so a NaN propagates), ties keep the
 // first element in scan order (rows, then columns), the index is h * W + w
 // within the input plane, padding is never read or selected.
+//
+// With `backward`, the kernel is aten::max_pool2d_with_indices_backward:
+// one input element (NCHW) or `vector` channels of one input pixel (NHWC)
+// per thread, the sum over the windows that cover it and chose it (their
+// index equals h * W + w) of the gradient at those windows. The prologue
+// computes that gradient over the output space [N, C, OH, OW] (`reads`
+// index it there); the indices are a further input, dense in `layout`; the
+// result, of `dtype`, is dense in `layout` over the input space. Sums run in
+// the compute type, windows in row-major order, as eager's kernels add.
 struct PoolSpec {
   DType dtype = DType::Float32;  // the pooled values, input side and output
   PoolLayout layout = PoolLayout::Contiguous;
-  int vector = 1;  // channels per thread; above 1 only for ChannelsLast
-  bool store_indices = false;
+  int vector = 1;              // channels per thread; above 1 only for ChannelsLast
+  bool store_indices = false;  // forward only
+  bool backward = false;
   std::optional<PointwiseSpec> prologue;
   std::vector<PoolRead> reads;  // per prologue input, or for the input alone
   bool index64 = false;

@@ -252,10 +252,13 @@ std::string validate(const PoolSpec& spec) {
            name(spec.dtype) + ", got " + std::to_string(spec.vector);
   if (spec.vector > 1 && spec.layout != PoolLayout::ChannelsLast)
     return "only channels-last pooling reads channel vectors";
+  if (spec.backward && spec.store_indices)
+    return "a pool's backward reads the indices; it stores none";
   const PointwiseSpec prologue = effective_prologue(spec);
-  if (prologue.rank != 4) return "the prologue's iteration space is [N, C, H, W] (rank 4)";
+  if (prologue.rank != 4)
+    return "the prologue's iteration space is [N, C, H, W] (the backward's [N, C, OH, OW]), rank 4";
   if (prologue.outputs.size() != 1)
-    return "the prologue must have exactly one output (the value pooled)";
+    return "the prologue must have exactly one output (the value pooled, or the gradient)";
   if (std::string p = validate(prologue); !p.empty()) return "prologue: " + p;
   if (prologue.outputs[0].tensor.dtype != spec.dtype)
     return "the prologue's output is " + name(prologue.outputs[0].tensor.dtype) +

@@ -133,9 +133,11 @@ struct CastGroup {
 struct PoolGroup {
   PoolSpec spec;
   PoolSpec general;
-  ValueId pooled = -1;          // the pool node's input: its sizes are the window space
-  ValueId output = -1;          // the pooled values
-  ValueId indices = -1;         // the pool node's indices; stored when spec.store_indices
+  ValueId pooled = -1;  // the pool's input (backward: `self`): its sizes are the window space
+  ValueId output = -1;  // the pooled values (backward: the input's gradient)
+  // Forward: the indices, stored when spec.store_indices. Backward: the
+  // forward's indices, read; their sizes are the output space.
+  ValueId indices = -1;
   std::vector<ValueId> inputs;  // prologue inputs (or the input): reads[k] reads inputs[k]
   // Window geometry, [h, w] each, known at compile time.
   std::array<std::int64_t, 2> kernel{}, stride{}, padding{}, dilation{};

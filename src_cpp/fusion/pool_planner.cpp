@@ -14,6 +14,7 @@ using ir_match::same_dim;
 using ir_match::tensor_arg;
 
 constexpr const char* kMaxPool2d = "aten::max_pool2d_with_indices.default";
+constexpr const char* kMaxPool2dBackward = "aten::max_pool2d_with_indices_backward.default";
 
 // The channels-last dim order of a 4-D tensor, outermost first.
 const std::vector<int> kChannelsLastOrder = {0, 2, 3, 1};
@@ -42,29 +43,51 @@ std::optional<std::array<std::int64_t, 2>> pair_arg(const Node& node, std::size_
   return std::array<std::int64_t, 2>{list->front(), list->back()};
 }
 
-// The pool node's input, outputs and window, read from its arguments:
-// (self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False).
-// ceil_mode only decides the output size, which the IR carries.
+// The pool node's tensors and window, read from its arguments: forward
+// (self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False),
+// backward (grad_output, self, kernel_size, stride, padding, dilation,
+// ceil_mode, indices). ceil_mode only decides the output size, which the IR
+// carries.
 struct PoolNode {
-  ValueId input = -1, output = -1, indices = -1;
+  bool backward = false;
+  ValueId input = -1;     // self: the window space
+  ValueId output = -1;    // the pooled values; backward: self's gradient
+  ValueId indices = -1;   // an output; backward: an input
+  ValueId gradient = -1;  // backward: the gradient at the pooled values
   std::array<std::int64_t, 2> kernel{}, stride{}, padding{}, dilation{};
 };
 
+bool tensor_of_rank_4(const Graph& graph, ValueId v) {
+  return v >= 0 && graph.value(v).kind == ValueKind::Tensor && graph.value(v).tensor.rank() == 4;
+}
+
 std::string parse_max_pool(const Graph& graph, const Node& node, PoolNode* out) {
-  if (node.kind != NodeKind::Aten || node.op != kMaxPool2d) return "not a 2-d max pool";
-  if (node.outputs.size() != 2) return "expected values and indices outputs";
+  if (node.kind != NodeKind::Aten || (node.op != kMaxPool2d && node.op != kMaxPool2dBackward))
+    return "not a 2-d max pool or its backward";
   PoolNode pool;
-  pool.input = tensor_arg(graph, node, 0);
-  pool.output = node.outputs[0];
-  pool.indices = node.outputs[1];
+  pool.backward = node.op == kMaxPool2dBackward;
+  const std::size_t window = pool.backward ? 2 : 1;  // the kernel_size argument
+  if (pool.backward) {
+    if (node.outputs.size() != 1) return "expected one output (the input's gradient)";
+    pool.gradient = tensor_arg(graph, node, 0);
+    pool.input = tensor_arg(graph, node, 1);
+    pool.indices = tensor_arg(graph, node, 7);
+    pool.output = node.outputs[0];
+  } else {
+    if (node.outputs.size() != 2) return "expected values and indices outputs";
+    pool.input = tensor_arg(graph, node, 0);
+    pool.output = node.outputs[0];
+    pool.indices = node.outputs[1];
+  }
   if (pool.input < 0) return "the input is not a tensor";
   const TensorType& in = graph.value(pool.input).tensor;
   if (in.rank() == 3) return "a 3-d (unbatched) input stays an ATen call";
   if (in.rank() != 4) return "the input is not 4-d";
   for (ValueId v : {pool.output, pool.indices}) {
-    if (graph.value(v).kind != ValueKind::Tensor || graph.value(v).tensor.rank() != 4)
-      return "the outputs are not 4-d tensors";
+    if (!tensor_of_rank_4(graph, v)) return "the outputs (or the indices) are not 4-d tensors";
   }
+  if (pool.backward && !tensor_of_rank_4(graph, pool.gradient))
+    return "the gradient is not a 4-d tensor";
   const TensorType& result = graph.value(pool.output).tensor;
   if (in.device.type != DeviceType::CUDA || result.device != in.device)
     return "not on one CUDA device";
@@ -72,17 +95,27 @@ std::string parse_max_pool(const Graph& graph, const Node& node, PoolNode* out) 
     return "dtype " + std::string(dtype_short_name(in.dtype)) +
            " is not a floating dtype codegen "
            "handles";
-  const auto kernel = pair_arg(node, 1);
-  const auto padding = pair_arg(node, 3);
-  const auto dilation = pair_arg(node, 4);
-  const auto stride_list = int_list_arg(node, 2);
+  if (pool.backward) {
+    const TensorType& gradient = graph.value(pool.gradient).tensor;
+    const TensorType& indices = graph.value(pool.indices).tensor;
+    if (gradient.dtype != in.dtype || gradient.device != in.device)
+      return "the gradient's dtype or device differs from the input's";
+    if (indices.dtype != DType::Int64 || indices.device != in.device)
+      return "the indices are not int64 on the input's device";
+    if (shape_key(indices) != shape_key(gradient))
+      return "the indices' shape differs from the gradient's";
+  }
+  const auto kernel = pair_arg(node, window);
+  const auto padding = pair_arg(node, window + 2);
+  const auto dilation = pair_arg(node, window + 3);
+  const auto stride_list = int_list_arg(node, window + 1);
   if (!kernel || !padding || !dilation || !stride_list || stride_list->size() > 2)
     return "kernel size, stride, padding or dilation is not known at compile time";
   pool.kernel = *kernel;
   pool.padding = *padding;
   pool.dilation = *dilation;
   // An empty stride means the kernel size, as in eager.
-  pool.stride = stride_list->empty() ? *kernel : *pair_arg(node, 2);
+  pool.stride = stride_list->empty() ? *kernel : *pair_arg(node, window + 1);
   for (int d = 0; d < 2; ++d) {
     if (pool.kernel[d] < 1 || pool.stride[d] < 1 || pool.dilation[d] < 1 || pool.padding[d] < 0)
       return "a non-positive kernel size, stride or dilation, or a negative padding: ATen "
@@ -143,22 +176,28 @@ std::shared_ptr<const PoolGroup> build_pool_group(const GraphIndex& index, const
   const Graph& graph = index.graph;
   const TensorType& space = graph.value(pool.input).tensor;
   const TensorType& result = graph.value(pool.output).tensor;
-  // Eager pools in its input's suggested memory format; so do we.
+  const TensorType& indices = graph.value(pool.indices).tensor;
+  // Eager pools in its input's suggested memory format; so do we. The
+  // backward writes the gradient as the IR lays it out (eager's choice).
   std::optional<PoolLayout> layout;
-  for (PoolLayout candidate : {PoolLayout::Contiguous, PoolLayout::ChannelsLast}) {
-    if (!layout && dense_as(space, candidate)) layout = candidate;
-  }
-  for (PoolLayout candidate : {PoolLayout::Contiguous, PoolLayout::ChannelsLast}) {
-    if (!layout && dense_as(result, candidate)) layout = candidate;
+  for (const TensorType* t : {pool.backward ? &result : &space, &result}) {
+    for (PoolLayout candidate : {PoolLayout::Contiguous, PoolLayout::ChannelsLast}) {
+      if (!layout && dense_as(*t, candidate)) layout = candidate;
+    }
   }
   if (!layout || !dense_as(result, *layout)) {
     *why = "the output is not dense in the input's layout (NCHW or NHWC)";
     return nullptr;
   }
-  if (!same_strides(result, graph.value(pool.indices).tensor)) {
-    *why = "the indices' strides differ from the values'";
+  if (pool.backward ? !dense_as(indices, *layout) : !same_strides(result, indices)) {
+    *why = pool.backward ? "the indices are not dense in the gradient's layout"
+                         : "the indices' strides differ from the values'";
     return nullptr;
   }
+  // The prologue's value: what is pooled, or the gradient at the pooled
+  // values, over its own space.
+  const ValueId anchor = pool.backward ? pool.gradient : pool.input;
+  const TensorType& anchor_space = graph.value(anchor).tensor;
 
   auto group = std::make_shared<PoolGroup>();
   group->pooled = pool.input;
@@ -172,15 +211,16 @@ std::shared_ptr<const PoolGroup> build_pool_group(const GraphIndex& index, const
   PoolSpec spec;
   spec.dtype = space.dtype;
   spec.layout = *layout;
+  spec.backward = pool.backward;
   std::set<NodeId> members(prologue.begin(), prologue.end());
   members.insert(graph.value(pool.output).producer);
-  spec.store_indices = index.used_outside(pool.indices, members);
+  spec.store_indices = !pool.backward && index.used_outside(pool.indices, members);
   if (prologue.empty()) {
-    group->inputs = {pool.input};
+    group->inputs = {anchor};
   } else {
     PointwiseSpec built;
     if (std::string p =
-            prologue_spec(graph, prologue, pool.input, space.dtype, &built, &group->inputs);
+            prologue_spec(graph, prologue, anchor, anchor_space.dtype, &built, &group->inputs);
         !p.empty()) {
       *why = p;
       return nullptr;
@@ -188,7 +228,7 @@ std::shared_ptr<const PoolGroup> build_pool_group(const GraphIndex& index, const
     spec.prologue = std::move(built);
   }
   for (ValueId v : group->inputs)
-    spec.reads.push_back(read_of(graph.value(v).tensor, space, *layout));
+    spec.reads.push_back(read_of(graph.value(v).tensor, anchor_space, *layout));
   spec.vector = *layout == PoolLayout::ChannelsLast ? channel_vector(space) : 1;
   spec.index64 = false;
   spec.threads = 256;
@@ -218,7 +258,9 @@ void claim_pool_groups(const GraphIndex& index, const std::vector<NodeId>& parti
   auto available = [&](NodeId n) { return partition.count(n) && !claimed.claimed(n); };
   for (NodeId n : partition_nodes) {
     const Node& node = graph.node(n);
-    if (node.kind != NodeKind::Aten || node.op != kMaxPool2d || !available(n)) continue;
+    if (node.kind != NodeKind::Aten || (node.op != kMaxPool2d && node.op != kMaxPool2dBackward) ||
+        !available(n))
+      continue;
     PoolNode pool;
     if (std::string problem = parse_max_pool(graph, node, &pool); !problem.empty()) {
       claimed.refuse(n, problem);
@@ -226,12 +268,13 @@ void claim_pool_groups(const GraphIndex& index, const std::vector<NodeId>& parti
     }
     if (!index.graph_output[static_cast<std::size_t>(pool.output)] &&
         index.readers[static_cast<std::size_t>(pool.output)].empty()) {
-      claimed.refuse(n, "the pooled values are never read");
+      claimed.refuse(
+          n, pool.backward ? "the gradient is never read" : "the pooled values are never read");
       continue;
     }
     std::set<NodeId> members = {n};
     const std::vector<NodeId> prologue =
-        elementwise_prologue(index, pool.input, available, members);
+        elementwise_prologue(index, pool.backward ? pool.gradient : pool.input, available, members);
     std::string why;
     std::shared_ptr<const PoolGroup> built = build_pool_group(index, pool, prologue, &why);
     if (!built) {
@@ -242,11 +285,13 @@ void claim_pool_groups(const GraphIndex& index, const std::vector<NodeId>& parti
     group.kind = KernelKind::Pool;
     group.nodes.assign(members.begin(), members.end());
     group.spec = built->spec.to_string();
-    group.why = "max_pool2d (" + std::string(pool_layout_name(built->spec.layout)) + ") with " +
+    group.why = std::string(pool.backward ? "max_pool2d_backward (" : "max_pool2d (") +
+                std::string(pool_layout_name(built->spec.layout)) + ") with " +
                 std::to_string(prologue.size()) +
                 " prologue elementwise ops as one generated kernel" +
-                (built->spec.store_indices ? "; indices stored"
-                                           : "; indices not stored (nothing reads them)");
+                (pool.backward               ? "; a gather over the windows, no atomics"
+                 : built->spec.store_indices ? "; indices stored"
+                                             : "; indices not stored (nothing reads them)");
     group.pool = std::move(built);
     claimed.claim(std::move(group));
   }

@@ -14,8 +14,8 @@
 // convolution's output, applies the prologue to each element it loads,
 // takes the window maximum and writes only the pooled values.
 //
-// What is claimed: aten::max_pool2d_with_indices.default of a CUDA
-// partition with a 4-D input (a 3-D, unbatched input stays ATen), a
+// What is claimed: aten::max_pool2d_with_indices.default (and its
+// backward, below) of a CUDA partition with a 4-D input (a 3-D, unbatched input stays ATen), a
 // floating dtype codegen handles, kernel size, stride, padding and dilation
 // known at compile time and accepted by eager (padding at most half the
 // dilated kernel: otherwise ATen raises eager's error), and an output dense
@@ -28,8 +28,21 @@
 // saved). A producer read elsewhere (training: ReLU's output feeds
 // threshold_backward) stays outside and the pool reads its stored result.
 // The indices are stored only when something reads them: inference graphs
-// never do; training's max_pool2d_with_indices_backward does, and stays an
-// ATen call.
+// never do; training's max_pool2d_with_indices_backward does.
+//
+// The backward is a pool group too (PoolSpec::backward). ATen's NHWC
+// backward took 459 us of a ResNet-50 training step at batch 64 on an H100
+// (against a floor near 80 us: the 103 MB gradient written, the 103 MB of
+// int64 indices and the 26 MB gradient read), and the add of layer 1's two
+// branch gradients before it was a kernel of its own. The generated kernel
+// gives each thread input elements (NHWC: `vector` channels of a pixel): it
+// walks the windows that may cover them, loads their indices, and adds the
+// gradient of each window whose index names the element, in row-major
+// window order in the compute type, as eager's kernels add; so the result
+// is eager's bit for bit, with no zero fill and no atomics. The gradient
+// takes its elementwise producers as prologue over the output space, as the
+// forward takes the input's (the sum of the two branches); the indices must
+// be dense in the gradient's layout, read as vectors of i64.
 //
 // How each prologue input is read (PoolRead): Window when it is dense in the
 // kernel's layout with the input's shape (the convolution's output), Channel

@@ -1,9 +1,10 @@
-// Generated max-pool groups at run time: prologue + 2-d max pool in one
-// kernel (Note [Pool groups]). Sizes come from this call's symbol bindings,
-// the window from the plan; outputs come from the memory plan with the IR's
-// strides. A call whose tensors are not laid out as the kernel was compiled
-// for (a Window input not dense in its layout, a Channel input that is not
-// one value per channel) runs the group's ATen calls.
+// Generated max-pool groups at run time: prologue + 2-d max pool (or its
+// backward) in one kernel (Note [Pool groups]). Sizes come from this call's
+// symbol bindings, the window from the plan; outputs come from the memory
+// plan with the IR's strides. A call whose tensors are not laid out as the
+// kernel was compiled for (a Window input not dense in its layout, a Channel
+// input that is not one value per channel, the backward's indices not dense
+// in the layout) runs the group's ATen calls.
 #include "runtime/kernel_launch.h"
 
 #ifdef MYBACKEND_WITH_CUDA
@@ -60,8 +61,15 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
   struct Call {
     std::vector<std::int64_t> in_shape, out_shape;  // [N, C, H, W], [N, C, OH, OW]
     std::vector<at::Tensor> inputs;
-    std::vector<std::vector<std::int64_t>> strides;  // per input, over in_shape
+    std::vector<std::vector<std::int64_t>> strides;  // per input, over read_space()
     at::Tensor output, indices;
+    bool backward = false;
+    // Where the prologue reads (the window space, or the backward's
+    // gradient space) and what the kernel writes.
+    const std::vector<std::int64_t>& read_space() const { return backward ? out_shape : in_shape; }
+    const std::vector<std::int64_t>& result_shape() const {
+      return backward ? in_shape : out_shape;
+    }
   };
 
   DType input_dtype(std::size_t k) const {
@@ -74,7 +82,8 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
     const PoolSpec& s = group_->spec;
     if (product(c.in_shape) >= kIndex32Limit || product(c.out_shape) >= kIndex32Limit) return false;
     for (std::size_t k = 0; k < c.inputs.size(); ++k) {
-      if (s.reads[k] == PoolRead::Strided && max_offset(c.in_shape, c.strides[k]) >= kIndex32Limit)
+      if (s.reads[k] == PoolRead::Strided &&
+          max_offset(c.read_space(), c.strides[k]) >= kIndex32Limit)
         return false;
     }
     if (s.vector == 1) return true;
@@ -82,7 +91,7 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
     for (std::size_t k = 0; k < c.inputs.size(); ++k) {
       if (s.reads[k] != PoolRead::Strided && !aligned16(c.inputs[k])) return false;
     }
-    return aligned16(c.output) && (!s.store_indices || aligned16(c.indices));
+    return aligned16(c.output) && (!(s.store_indices || s.backward) || aligned16(c.indices));
   }
 
   bool launch(ValueSlots& slots, const SymbolBindings& bindings,
@@ -90,9 +99,12 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
     const PoolGroup& g = *group_;
     const PoolSpec& s = g.spec;
     Call c;
+    c.backward = s.backward;
     std::string why;
+    // The pooled values, or in the backward the indices, span the output space.
+    const ValueId window_output = s.backward ? g.indices : g.output;
     const auto in_shape = evaluate_dims(graph_.value(g.pooled).tensor.sizes, bindings);
-    const auto out_shape = evaluate_dims(graph_.value(g.output).tensor.sizes, bindings);
+    const auto out_shape = evaluate_dims(graph_.value(window_output).tensor.sizes, bindings);
     const auto out_strides = evaluate_dims(graph_.value(g.output).tensor.strides, bindings);
     if (!in_shape || !out_shape || !out_strides)
       return fail("a size or stride depends on an unbound symbol");
@@ -104,12 +116,14 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
       if (!t) return fail("input " + std::to_string(k) + why);
       c.inputs.push_back(*t);
       c.strides.emplace_back();
-      if (!iteration_strides(*t, c.in_shape, c.strides.back()))
-        return fail("input " + std::to_string(k) + " does not broadcast to the pool's input");
-      if (s.reads[k] == PoolRead::Window && !dense_in_layout(c.strides[k], c.in_shape, s.layout))
+      if (!iteration_strides(*t, c.read_space(), c.strides.back()))
+        return fail("input " + std::to_string(k) + " does not broadcast to the pool's " +
+                    (s.backward ? "gradient" : "input"));
+      if (s.reads[k] == PoolRead::Window &&
+          !dense_in_layout(c.strides[k], c.read_space(), s.layout))
         return fail("input " + std::to_string(k) + " is not dense " + layout +
                     " as compiled (ran ATen for this call)");
-      if (s.reads[k] == PoolRead::Channel && !one_per_channel(c.strides[k], c.in_shape))
+      if (s.reads[k] == PoolRead::Channel && !one_per_channel(c.strides[k], c.read_space()))
         return fail("input " + std::to_string(k) +
                     " is not one value per channel as compiled (ran ATen for this call)");
     }
@@ -117,21 +131,32 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
     for (const at::Tensor& t : c.inputs) {
       if (t.device() != device) return fail("inputs on different devices");
     }
+    if (s.backward) {
+      auto t = cuda_tensor(slots[static_cast<std::size_t>(g.indices)], DType::Int64, &why);
+      if (!t) return fail("the indices" + why);
+      std::vector<std::int64_t> strides;
+      if (t->device() != device || !iteration_strides(*t, c.out_shape, strides) ||
+          !dense_in_layout(strides, c.out_shape, s.layout))
+        return fail("the indices are not dense " + layout +
+                    " on the gradient's device as compiled (ran ATen for this call)");
+      c.indices = *t;
+    }
     // The kernel stores values and indices at the offsets of an output dense
     // in its layout; the IR's strides say where they are.
+    const std::vector<std::int64_t>& result_shape = c.result_shape();
     std::vector<std::int64_t> out_iteration(4, 0);
     for (std::size_t d = 0; d < 4; ++d)
-      out_iteration[d] = c.out_shape[d] == 1 ? 0 : (*out_strides)[d];
-    if (!dense_in_layout(out_iteration, c.out_shape, s.layout))
+      out_iteration[d] = result_shape[d] == 1 ? 0 : (*out_strides)[d];
+    if (!dense_in_layout(out_iteration, result_shape, s.layout))
       return fail("the output's strides are not dense " + layout);
     c10::cuda::CUDAGuard guard(device);
     const auto options = c.inputs[0].options();
-    c.output = planned.empty_strided(g.output, c.out_shape, *out_strides,
+    c.output = planned.empty_strided(g.output, result_shape, *out_strides,
                                      options.dtype(static_cast<c10::ScalarType>(s.dtype)));
     if (s.store_indices)
       c.indices =
           planned.empty_strided(g.indices, c.out_shape, *out_strides, options.dtype(at::kLong));
-    if (product(c.out_shape) > 0) {
+    if (product(result_shape) > 0) {
       const bool fast = variants_.size() > 1 && fast_fits(c);
       launch_variant(fast ? 0 : variants_.size() - 1, c, device.index());
     }
@@ -188,7 +213,7 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
           MB_ASSERT(false, "pool groups take no scalar or struct arguments, got ", p.name);
       }
     }
-    const std::int64_t sites = product(c.out_shape) / entry.elements_per_thread;
+    const std::int64_t sites = product(c.result_shape()) / entry.elements_per_thread;
     const DeviceModules::Loaded& l = modules_.on(device_index);
     const std::int64_t blocks = (sites + entry.block_x - 1) / entry.block_x;
     launch_on_stream(l, l.functions[v][0], capped_grid(blocks, l.sm_count, kPoolBlocksPerSm), entry,

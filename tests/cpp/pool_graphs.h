@@ -91,5 +91,39 @@ void stem_pool(GraphBuilder& b, const StemOptions& o) {
   b.set_outputs(outputs);
 }
 
+struct BackwardOptions {
+  DType dtype = DType::BFloat16;
+  bool channels_last = true;
+  bool indices_channels_last = true;  // the indices' layout (the gradient's otherwise)
+  std::vector<std::int64_t> sizes = {2, 64, 16, 16};  // of the pool's input
+  bool sum_read = false;                              // the gradient sum is a graph output too
+};
+
+// The backward of ResNet's stem pool: the gradient at the pooled values is
+// the sum of two branches' (layer 1's first block and its downsample), then
+// max_pool2d_with_indices_backward (3x3, stride 2, padding 1) with the
+// forward's input and indices as graph inputs. Outputs: the input's gradient
+// (and the sum when sum_read).
+void stem_pool_backward(GraphBuilder& b, const BackwardOptions& o) {
+  std::vector<std::int64_t> out_sizes = o.sizes;
+  out_sizes[2] = pooled_size(o.sizes[2], 3, 2, 1, 1);
+  out_sizes[3] = pooled_size(o.sizes[3], 3, 2, 1, 1);
+  const TensorType grad = nchw(o.dtype, out_sizes, o.channels_last);
+  TensorType indices = nchw(DType::Int64, out_sizes, o.indices_channels_last);
+  const TensorType self = nchw(o.dtype, o.sizes, o.channels_last);
+  ValueId a = b.add_input(out(grad, "grad_a"));
+  ValueId c = b.add_input(out(grad, "grad_b"));
+  ValueId x = b.add_input(out(self, "x"));
+  ValueId i = b.add_input(out(indices, "indices"));
+  ValueId sum = node1(b, "aten::add.Tensor", {v(a), v(c), Argument::of_int(1)}, grad, "sum");
+  ValueId dx = node1(b, "aten::max_pool2d_with_indices_backward.default",
+                     {v(sum), v(x), ints({3, 3}), ints({2, 2}), ints({1, 1}), ints({1, 1}),
+                      Argument::of_bool(false), v(i)},
+                     self, "pool_backward");
+  std::vector<Argument> outputs = {v(dx)};
+  if (o.sum_read) outputs.push_back(v(sum));
+  b.set_outputs(outputs);
+}
+
 }  // namespace
 }  // namespace mybackend

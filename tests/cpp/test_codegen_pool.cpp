@@ -1,6 +1,7 @@
 // Stage 8a: max-pool kernels (Note [Pool groups] in fusion/pool_planner.h).
 // Every variant (NCHW/NHWC, with and without a prologue, indices stored or
-// not, fp32/bf16/fp16, 32- and 64-bit offsets, each read mode) emits and
+// not, forward and backward, fp32/bf16/fp16, 32- and 64-bit offsets, each
+// read mode) emits and
 // compiles with NVRTC to PTX for compute_90, as do the specs the planner
 // makes; the PTX of the channels-last kernels shows 16-byte accesses and no
 // local memory.
@@ -112,6 +113,87 @@ TEST(CodegenPool, EveryVariantCompiles) {
     // The window walk tests for NaN (a NaN wins), not only for greater.
     EXPECT_TRUE(has(ptx, R"(setp\.(nan|num)\.f(32|64))")) << s.to_string() << ptx;
   }
+}
+
+// The gradient sum of two branches over [N, C, OH, OW] of `dtype`, rounded
+// to `dtype` as eager stores it.
+PointwiseSpec gradient_sum(DType dtype) {
+  PointwiseSpec p;
+  p.rank = 4;
+  p.inputs = {TensorArg{dtype, IndexMode::Contiguous, 0},
+              TensorArg{dtype, IndexMode::Contiguous, 0}};
+  p.instrs = {
+      {PwOp::Load, dtype, {}, 0},
+      {PwOp::Cast, DType::Float32, {0}, -1},
+      {PwOp::Load, dtype, {}, 1},
+      {PwOp::Cast, DType::Float32, {2}, -1},
+      {PwOp::Add, DType::Float32, {1, 3}, -1},
+      {PwOp::Cast, dtype, {4}, -1},
+  };
+  p.outputs = {PwOutput{TensorArg{dtype, IndexMode::Contiguous, 0}, 5}};
+  return p;
+}
+
+TEST(CodegenPool, EveryBackwardVariantCompiles) {
+  std::vector<PoolSpec> specs;
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (PoolLayout layout : {PoolLayout::Contiguous, PoolLayout::ChannelsLast}) {
+      for (bool prologue : {false, true}) {
+        for (bool index64 : {false, true}) {
+          PoolSpec s;
+          s.backward = true;
+          s.dtype = dtype;
+          s.layout = layout;
+          s.index64 = index64;
+          s.vector = layout == PoolLayout::ChannelsLast && !index64 ? widest_vector(dtype) : 1;
+          if (prologue) {
+            s.prologue = gradient_sum(dtype);
+            s.reads = {PoolRead::Window, PoolRead::Strided};
+          } else {
+            s.reads.assign(1, PoolRead::Window);
+          }
+          specs.push_back(s);
+        }
+      }
+    }
+  }
+  const auto outcomes = compile_all(specs);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const PoolSpec& s = specs[i];
+    const std::string& ptx = outcomes[i].kernel->image;
+    EXPECT_FALSE(has(ptx, kLocalMemory)) << s.to_string() << ptx;
+    // A gather: every thread writes its own elements, nothing atomic.
+    EXPECT_FALSE(has(ptx, R"(\batom\.|\bred\.)")) << s.to_string() << ptx;
+    if (s.vector * dtype_size_bytes(s.dtype) == 16) {
+      // The indices are read as 16-byte vectors; the sums stored as one.
+      EXPECT_TRUE(has(ptx, k16ByteLoad)) << s.to_string() << ptx;
+      EXPECT_TRUE(has(ptx, k16ByteStore)) << s.to_string() << ptx;
+    }
+  }
+}
+
+TEST(CodegenPool, PlannedBackwardGroupsCompileToPtx) {
+  std::vector<PoolSpec> specs;
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (bool channels_last : {false, true}) {
+      for (bool sum_read : {false, true}) {
+        BackwardOptions o;
+        o.dtype = dtype;
+        o.channels_last = o.indices_channels_last = channels_last;
+        o.sum_read = sum_read;
+        GraphBuilder b;
+        stem_pool_backward(b, o);
+        Planned p = plan(b);
+        auto pools = p.groups(KernelKind::Pool);
+        ASSERT_EQ(pools.size(), 1u) << p.plan.to_string();
+        EXPECT_TRUE(pools[0]->pool->spec.backward);
+        specs.push_back(pools[0]->pool->spec);
+        specs.push_back(pools[0]->pool->general);
+      }
+    }
+  }
+  for (const CompileOutcome& outcome : compile_all(specs)) EXPECT_TRUE(outcome.ok());
 }
 
 TEST(CodegenPool, KernelTakesSizesAndWindowAsArguments) {

@@ -195,13 +195,67 @@ TEST(PoolPlanner, CpuPoolsAndGeneratedKernelsOffStayAten) {
   EXPECT_EQ(p.groups(KernelKind::AtenSequence).size(), 1u);
 }
 
-TEST(PoolPlanner, MaxPoolIsAReductionItsBackwardIsNot) {
+TEST(PoolPlanner, MaxPoolAndItsBackwardAreReductions) {
   const CapabilityRegistry& registry = CapabilityRegistry::builtin();
   ASSERT_NE(registry.find("aten::max_pool2d_with_indices.default"), nullptr);
   EXPECT_EQ(registry.find("aten::max_pool2d_with_indices.default")->op_class, OpClass::Reduction);
   ASSERT_NE(registry.find("aten::max_pool2d_with_indices_backward.default"), nullptr);
   EXPECT_EQ(registry.find("aten::max_pool2d_with_indices_backward.default")->op_class,
-            OpClass::Other);
+            OpClass::Reduction);
+}
+
+Planned plan_backward(const BackwardOptions& options) {
+  GraphBuilder b;
+  stem_pool_backward(b, options);
+  return plan(b, generated_options());
+}
+
+TEST(PoolPlanner, BackwardTakesTheGradientSumAsItsPrologue) {
+  Planned p = plan_backward({});
+  auto groups = p.groups(KernelKind::Pool);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string() << all_whys(p);
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1}));  // sum, backward
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  EXPECT_NE(groups[0]->why.find("max_pool2d_backward (nhwc) with 1 prologue elementwise ops"),
+            std::string::npos)
+      << groups[0]->why;
+  const PoolGroup& g = *groups[0]->pool;
+  EXPECT_TRUE(g.spec.backward);
+  EXPECT_FALSE(g.spec.store_indices);
+  EXPECT_EQ(g.inputs, (std::vector<ValueId>{0, 1}));  // the two branches' gradients
+  EXPECT_EQ(g.pooled, 2);                             // x: the window space
+  EXPECT_EQ(g.indices, 3);
+  EXPECT_EQ(g.spec.reads, (std::vector<PoolRead>{PoolRead::Window, PoolRead::Window}));
+  EXPECT_EQ(g.spec.vector, 8);
+  EXPECT_EQ(g.general.vector, 1);
+  EXPECT_TRUE(g.general.index64);
+  EXPECT_NE(groups[0]->spec.find("max_pool2d_backward layout=nhwc dtype=bf16 vector=8 index=i32"),
+            std::string::npos)
+      << groups[0]->spec;
+}
+
+TEST(PoolPlanner, BackwardLeavesASumReadElsewhereOutside) {
+  BackwardOptions options;
+  options.sum_read = true;
+  options.channels_last = false;
+  options.indices_channels_last = false;
+  options.dtype = DType::Float32;
+  Planned p = plan_backward(options);
+  const PoolGroup g = only_pool(p);
+  EXPECT_FALSE(g.spec.prologue.has_value());
+  EXPECT_EQ(g.inputs, (std::vector<ValueId>{4}));  // the stored sum
+  EXPECT_EQ(g.spec.layout, PoolLayout::Contiguous);
+  EXPECT_EQ(g.spec.vector, 1);
+}
+
+TEST(PoolPlanner, BackwardRefusesIndicesInAnotherLayout) {
+  BackwardOptions options;
+  options.indices_channels_last = false;
+  Planned p = plan_backward(options);
+  EXPECT_TRUE(p.groups(KernelKind::Pool).empty()) << p.plan.to_string();
+  EXPECT_NE(all_whys(p).find("the indices are not dense in the gradient's layout"),
+            std::string::npos)
+      << all_whys(p);
 }
 
 TEST(PoolPlanner, SpecsValidateAndPrintEveryField) {
@@ -231,6 +285,14 @@ TEST(PoolPlanner, SpecsValidateAndPrintEveryField) {
   other = spec;
   other.reads = {PoolRead::Window, PoolRead::Channel};
   EXPECT_NE(validate(other).find("one read mode per prologue input"), std::string::npos);
+  other = spec;
+  other.backward = true;
+  EXPECT_NE(validate(other).find("stores none"), std::string::npos);
+  other.store_indices = false;
+  EXPECT_EQ(validate(other), "");
+  EXPECT_EQ(other.to_string(),
+            "max_pool2d_backward layout=nhwc dtype=bf16 vector=8 index=i32 threads=256\n"
+            "  reads=window\n");
 }
 
 }  // namespace

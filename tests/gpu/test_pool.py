@@ -1,4 +1,5 @@
-"""GPU-marked: generated max-pool kernels (Note [Pool groups]) against eager.
+"""GPU-marked: generated max-pool kernels and their backward (Note [Pool
+groups]) against eager.
 
 The pool itself is exact: values and indices must equal eager's bit for bit
 (NaN where eager has NaN) in fp32, bf16 and fp16, over kernel sizes, strides,
@@ -7,7 +8,8 @@ are not a multiple of the vector width, batch 1 and 32, and NaN inputs.
 Every test checks the counters (generated_pools_run, no fallback) so none can
 pass by running ATen's pool; the ResNet stem under torch.compile checks that
 batch norm and ReLU ran inside the pool kernel, at bf16 tolerances (the
-convolution differs from eager's).
+convolution differs from eager's). The backward's sums are exact too: both
+sides add the windows that chose an element in the same order.
 """
 
 from __future__ import annotations
@@ -261,12 +263,16 @@ def test_training_reads_the_indices_and_the_backward_matches_eager(
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got_grad, x.grad, rtol=1e-3, atol=1e-3)
     groups = _pool_groups(records)
-    assert groups and all("indices=1" in pool["spec"] for pool, _ in groups), groups
-    assert _stats(records)["generated_pools_run"] >= 1, _stats(records)
+    forward = [pool for pool, _ in groups if pool["spec"].startswith("max_pool2d ")]
+    backward = [pool for pool, _ in groups if pool["spec"].startswith("max_pool2d_backward ")]
+    assert forward and all("indices=1" in pool["spec"] for pool in forward), groups
+    assert len(backward) == 1, groups
+    assert _stats(records)["generated_pools_run"] == 2, _stats(records)
+    assert _stats(records)["generated_kernel_fallbacks"] == 0, _stats(records)
 
 
 def test_pool_alone_is_exact_in_training() -> None:
-    """Values and the gradient eager's backward scatters through the indices."""
+    """Values, and the gradient our backward gathers through the indices."""
     for layout, dtype in itertools.product(LAYOUTS, DTYPES):
         x = _input((3, 20, 13, 10), dtype, layout).requires_grad_()
         fn = torch.compile(
@@ -283,7 +289,8 @@ def test_pool_alone_is_exact_in_training() -> None:
         expected.backward(grad)
         _assert_exact(got.detach(), expected.detach())
         _assert_exact(got_grad, x.grad)
-        assert _stats(records)["generated_pools_run"] == 1, (layout, dtype, _stats(records))
+        # The forward and the backward each ran a generated kernel.
+        assert _stats(records)["generated_pools_run"] == 2, (layout, dtype, _stats(records))
         torch._dynamo.reset()
 
 
@@ -302,3 +309,107 @@ def test_one_kernel_serves_every_batch_size() -> None:
         _assert_exact(got, F.max_pool2d(x, 3, 2, 1))
     assert _stats(records)["generated_pools_run"] == 3, _stats(records)
     assert _stats(records)["generated_kernel_fallbacks"] == 0, _stats(records)
+
+
+# --- the backward (max_pool2d_with_indices_backward) ------------------------
+
+
+def _backward_fn(geometry: tuple[int, int, int, int, bool]) -> Callable[..., torch.Tensor]:
+    kernel, stride, padding, dilation, ceil_mode = geometry
+
+    def backward(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, x, [kernel] * 2, [stride] * 2, [padding] * 2, [dilation] * 2, ceil_mode, indices
+        )
+
+    return backward
+
+
+def _backward_inputs(
+    geometry: tuple[int, int, int, int, bool], x: torch.Tensor
+) -> list[torch.Tensor]:
+    """A gradient at the pooled values and eager's indices, in x's layout."""
+    kernel, stride, padding, dilation, ceil_mode = geometry
+    values, indices = F.max_pool2d_with_indices(
+        x, kernel, stride, padding, dilation, ceil_mode=ceil_mode
+    )
+    return [torch.randn_like(values), x, indices]
+
+
+def _check_backward(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> Any:
+    """Compiles the backward for these inputs and runs it: the sums must equal
+    eager's bit for bit (both add the windows in row-major order in the
+    compute type), and the generated kernel must have run."""
+    compiled = _compile(fn, *inputs)
+    (pool,) = [k for k in compiled.report()["kernels"] if k["kind"] == "pool"]
+    assert pool["spec"].startswith("max_pool2d_backward "), pool["spec"]
+    (got,) = compiled.run(list(inputs))
+    _assert_exact(got, fn(*inputs))
+    stats = compiled.stats()
+    assert stats["generated_pools_run"] == 1, (stats, pool)
+    assert stats["generated_kernel_fallbacks"] == 0, (stats, compiled.report()["kernels"])
+    return compiled
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_backward_of_every_geometry_matches_eager_exactly(
+    geometry: tuple[int, int, int, int, bool], layout: str, dtype: torch.dtype
+) -> None:
+    # Stride 1 lets up to kernel^2 windows choose one element: their sum.
+    x = _input((2, 20, 9, 11), dtype, layout)
+    _check_backward(_backward_fn(geometry), _backward_inputs(geometry, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("channels", [1, 3, 8, 64, 65])
+@pytest.mark.parametrize("batch", [1, 32])
+def test_backward_channels_and_batches(
+    batch: int, channels: int, layout: str, dtype: torch.dtype
+) -> None:
+    geometry = (3, 2, 1, 1, False)
+    x = _input((batch, channels, 15, 14), dtype, layout)
+    _check_backward(_backward_fn(geometry), _backward_inputs(geometry, x))
+
+
+def test_backward_ties_choose_one_element_per_window() -> None:
+    """Many equal values: every window names its first maximum, and only that
+    element receives the window's gradient."""
+    geometry = (3, 1, 1, 1, False)
+    x = torch.randint(0, 2, (2, 16, 10, 10), device="cuda").to(BF16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    _check_backward(_backward_fn(geometry), _backward_inputs(geometry, x))
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_backward_adds_the_branch_gradients_in_its_prologue(layout: str) -> None:
+    """ResNet-50's stem: the gradient at the pool is the sum of layer 1's two
+    branches, added (and rounded to bf16, as eager stores it) at each load."""
+    pool_backward = _backward_fn((3, 2, 1, 1, False))
+
+    def backward(
+        a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
+        return pool_backward(a + b, x, indices)
+
+    grad, x, indices = _backward_inputs((3, 2, 1, 1, False), _input((4, 64, 56, 56), BF16, layout))
+    compiled = _check_backward(backward, [grad, torch.randn_like(grad), x, indices])
+    (pool,) = [k for k in compiled.report()["kernels"] if k["kind"] == "pool"]
+    assert "with 1 prologue elementwise ops" in pool["why"], pool["why"]
+    assert len(compiled.report()["kernels"]) == 1, compiled.report()["kernels"]
+
+
+def test_backward_indices_in_another_layout_run_aten_for_that_call() -> None:
+    geometry = (3, 2, 1, 1, False)
+    fn = _backward_fn(geometry)
+    compiled = _compile(fn, *_backward_inputs(geometry, _input((2, 16, 9, 9), BF16, "nhwc")))
+    grad, x, indices = _backward_inputs(geometry, _input((2, 16, 9, 9), BF16, "nhwc"))
+    nchw_indices = indices.contiguous()
+    (got,) = compiled.run([grad, x, nchw_indices])
+    _assert_exact(got, fn(grad, x, nchw_indices))
+    stats = compiled.stats()
+    assert stats["generated_kernel_fallbacks"] == 1 and stats["generated_pools_run"] == 0, stats
+    (pool,) = [k for k in compiled.report()["kernels"] if k["kind"] == "pool"]
+    assert "the indices are not dense nhwc" in pool["problem"], pool["problem"]

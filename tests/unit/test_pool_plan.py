@@ -81,7 +81,7 @@ def test_the_pool_walks_its_input_layout(layout: str) -> None:
     assert pool["compiled"] is True, pool
 
 
-def test_training_stores_indices_for_the_backward_which_stays_aten() -> None:
+def test_training_stores_indices_and_the_backward_is_a_generated_gather() -> None:
     stem = _stem()
     x = torch.randn(2, 3, 16, 16, requires_grad=True)
     graphs = _aot_graphs(stem, x)
@@ -89,11 +89,45 @@ def test_training_stores_indices_for_the_backward_which_stays_aten() -> None:
     assert "indices stored" in pool["why"] and "indices=1" in pool["spec"], pool
     # ReLU's result is saved for its backward: stored by its own kernel, read as is.
     assert pool["ops"] == ["aten::max_pool2d_with_indices.default"], pool["ops"]
-    kernels, ops = _kernels(graphs["backward"], generated_kernels=True)
-    assert "pool" not in [k["kind"] for k in kernels]
-    backward = ops.index("aten::max_pool2d_with_indices_backward.default")
-    (owner,) = [k for k in kernels if backward in k["nodes"]]
-    assert owner["kind"] == "aten_sequence", owner
+    (backward,), _ = _pools(graphs["backward"])
+    assert backward["ops"] == ["aten::max_pool2d_with_indices_backward.default"], backward
+    assert backward["why"].startswith("max_pool2d_backward (nchw) with 0 prologue"), backward
+    assert backward["spec"].startswith("max_pool2d_backward layout=nchw dtype=f32"), backward
+    assert backward["compiled"] is True, backward
+    assert "mb::max_pool2d_backward<false, 1, I>(load, indices, store, shape)" in backward["source"]
+
+
+def test_the_backward_takes_the_gradient_sum_as_its_prologue() -> None:
+    """ResNet-50's stem pool: the gradient at the pooled values is the sum of
+    layer 1's two branches; one kernel adds them and gathers the windows."""
+
+    def backward(
+        a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            a + b, x, [3, 3], [2, 2], [1, 1], [1, 1], False, indices
+        )
+
+    cl = torch.channels_last
+    x = torch.randn(2, 64, 16, 16, dtype=BF16).contiguous(memory_format=cl)
+    values, indices = F.max_pool2d_with_indices(x.float(), 3, 2, 1)
+    a = torch.randn(values.shape, dtype=BF16).contiguous(memory_format=cl)
+    (pool,), _ = _pools(
+        _on_fake_cuda(backward, a, a.clone(), x, indices.contiguous(memory_format=cl))
+    )
+    assert pool["ops"] == [
+        "aten::add.Tensor",
+        "aten::max_pool2d_with_indices_backward.default",
+    ], pool["ops"]
+    assert pool["why"].startswith("max_pool2d_backward (nhwc) with 1 prologue"), pool["why"]
+    assert pool["spec"].startswith("max_pool2d_backward layout=nhwc dtype=bf16 vector=8"), pool
+    assert "reads=window,window" in pool["spec"], pool["spec"]
+    assert pool["compiled"] is True, pool
+    # Indices in another layout than the gradient: the backward stays ATen.
+    nchw_indices = indices.contiguous()
+    assert not nchw_indices.is_contiguous(memory_format=cl)
+    pools, _ = _pools(_on_fake_cuda(backward, a, a.clone(), x, nchw_indices))
+    assert pools == [], pools
 
 
 def test_unbatched_pools_and_disabled_engines_stay_aten() -> None:
