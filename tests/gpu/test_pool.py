@@ -252,9 +252,14 @@ def test_training_reads_the_indices_and_the_backward_matches_eager(
     stem = Stem().cuda()
     x = torch.randn(2, 3, 64, 64, device="cuda", requires_grad=True)
     compiled = torch.compile(stem, backend="mybackend", options={"strict": True})
-    got, records = compiled_records(lambda: compiled(x))
-    grad = torch.randn_like(got)
-    got.backward(grad)
+    grad = torch.randn(2, 64, 16, 16, device="cuda")
+
+    def step() -> torch.Tensor:
+        out = compiled(x)
+        out.backward(grad)  # the backward graph compiles here, on first use
+        return out
+
+    got, records = compiled_records(step)
     got_grad = x.grad.clone()
     x.grad = None
     stem.zero_grad()
@@ -280,9 +285,16 @@ def test_pool_alone_is_exact_in_training() -> None:
             backend="mybackend",
             options={"strict": True},
         )
-        got, records = compiled_records(lambda fn=fn, x=x: fn(x))
-        grad = torch.randn_like(got)
-        got.backward(grad)
+        grad = torch.randn_like(F.max_pool2d(x.detach(), 3, 2, 1, ceil_mode=True))
+
+        def step(
+            fn: Callable[..., Any] = fn, x: torch.Tensor = x, grad: torch.Tensor = grad
+        ) -> torch.Tensor:
+            out = fn(x)
+            out.backward(grad)  # the backward graph compiles here, on first use
+            return out
+
+        got, records = compiled_records(step)
         got_grad = x.grad.clone()
         x.grad = None
         expected = F.max_pool2d(x, 3, 2, 1, ceil_mode=True)

@@ -80,9 +80,9 @@ def _entries(root: Path) -> list[Path]:
 
 def _kernel_cache_files(folder: Path) -> list[Path]:
     """What our disk cache would have written under ``folder``: a ``mybackend``
-    folder or a cache entry. Other programs' caches under a GPU machine's
-    $HOME (Triton builds its launcher helpers there when torch asks whether
-    Triton works) are not ours to police."""
+    folder or a cache entry. Other caches under a GPU machine's $HOME (the
+    CUDA driver's JIT cache, $HOME/.nv/ComputeCache, appeared there on the
+    H100 machine) are not ours to police."""
     return sorted(p for p in folder.rglob("*") if p.name == "mybackend" or p.suffix == ".mbk")
 
 
