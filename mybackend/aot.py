@@ -37,6 +37,7 @@ from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_
 from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
 from mybackend.lowering.mutations import batch_input_mutations
+from mybackend.lowering.widening_casts import split_widening_casts
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
 
@@ -169,6 +170,8 @@ def _compile_now(
             static_inputs = [*static_inputs, *hoist.hoisted_inputs]
             stage_times.append(("hoisting", time.perf_counter() - start))
             start = time.perf_counter()
+        if options.generated_kernels and (split := split_widening_casts(planned)):
+            log.debug("%s: %d widening casts copied per reader", name, split)
         lowered = lower(planned, example_inputs)
         stage_times.append(("lowering", time.perf_counter() - start))
         ir_text = lowered.graph.to_text(True)

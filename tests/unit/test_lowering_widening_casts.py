@@ -1,0 +1,112 @@
+"""Stage 3: one widening cast per elementwise reader (Note [One widening cast
+per reader]), on fake CUDA graphs planned and compiled without a GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from mybackend.lowering.widening_casts import split_widening_casts
+from tests.unit.test_matmul_plan import _kernels, _on_fake_cuda
+
+BF16 = torch.bfloat16
+aten = torch.ops.aten
+
+
+def _junction(g: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """A bottleneck junction's shape: one f32 view of a bf16 gradient read by
+    two elementwise kernels, the second after a reduction of the first."""
+    wide = g.float()
+    first = wide - a
+    total = first.sum(dim=0, keepdim=True)
+    return wide * total
+
+
+def _graph(fn: Callable[..., Any], *dtypes: torch.dtype) -> torch.fx.GraphModule:
+    inputs = [torch.randn(4, 16, 8, 8, dtype=d) for d in dtypes]
+    return _on_fake_cuda(fn, *inputs)
+
+
+def _casts(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.target is aten._to_copy.default]
+
+
+def _stored_casts(gm: torch.fx.GraphModule) -> list[list[str]]:
+    """The generated kernels holding a cast whose result they store (an
+    output that is the cast's own value)."""
+    kernels, ops = _kernels(gm, generated_kernels=True)
+    stored = []
+    for k in kernels:
+        if k["kind"] != "pointwise" or "aten::_to_copy.default" not in [ops[n] for n in k["nodes"]]:
+            continue
+        lines = [line.strip() for line in k["spec"].splitlines()]
+        cast_values = {line.split(" = ")[0] for line in lines if " = cast " in line}
+        outputs = {line.rsplit(" = ", 1)[1] for line in lines if line.startswith("out")}
+        if cast_values & outputs:
+            stored.append([ops[n] for n in k["nodes"]])
+    return stored
+
+
+def test_a_cast_read_by_two_kernels_gets_a_copy_per_reader() -> None:
+    gm = _graph(_junction, BF16, torch.float32)
+    assert len(_casts(gm)) == 1
+    assert _stored_casts(gm), "without the split the f32 cast is stored for the second reader"
+    assert split_widening_casts(gm) == 1
+    casts = _casts(gm)
+    assert len(casts) == 2 and all(len(c.users) == 1 for c in casts)
+    assert {c.args[0] for c in casts} == {casts[0].args[0]}  # both read the bf16 gradient
+    assert _stored_casts(gm) == []
+    kernels, ops = _kernels(gm, generated_kernels=True)
+    readers = [k for k in kernels if "aten::_to_copy.default" in [ops[n] for n in k["nodes"]]]
+    assert len(readers) == 2, kernels
+    for k in readers:  # each kernel reads the bf16 gradient and casts it itself
+        assert "in0 bf16" in k["spec"], k["spec"]
+    assert split_widening_casts(gm) == 0  # nothing left to split
+
+
+def test_the_split_graph_computes_the_same_values() -> None:
+    gm = _graph(_junction, BF16, torch.float32)
+    split_widening_casts(gm)
+    g = torch.randn(4, 16, 8, 8, dtype=BF16)
+    a = torch.randn(4, 16, 8, 8)
+    # The rewritten module's code, run on CPU tensors (the devices it names
+    # are the inputs' own; only the pass's device check needed CUDA).
+    torch.testing.assert_close(gm(g, a), _junction(g, a), rtol=0, atol=0)
+
+
+def test_casts_it_leaves_alone() -> None:
+    def narrowing(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        low = x.to(BF16)
+        return low + 1, low * 2
+
+    def read_by_a_reduction(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wide = g.float()
+        return wide.sum(dim=0), wide * 2
+
+    def one_reader(g: torch.Tensor) -> torch.Tensor:
+        return g.float() * 2
+
+    def a_graph_output(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        wide = g.float()
+        return wide, wide + 1, wide * 2
+
+    for fn, dtype in [
+        (narrowing, torch.float32),
+        (read_by_a_reduction, BF16),
+        (one_reader, BF16),
+        (a_graph_output, BF16),
+    ]:
+        gm = _graph(fn, dtype)
+        before = gm.code
+        assert split_widening_casts(gm) == 0, fn.__name__
+        assert gm.code == before
+
+    # A CPU graph: its casts run as ATen calls, where a copy is a second call.
+    cpu = make_fx(_junction, tracing_mode="fake")(
+        torch.randn(4, 16, 8, 8, dtype=BF16), torch.randn(4, 16, 8, 8)
+    )
+    assert len(_casts(cpu)) == 1
+    assert split_widening_casts(cpu) == 0
