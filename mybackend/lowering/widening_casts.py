@@ -20,10 +20,12 @@ a cast, so that every cast has one reader and rides into that reader's
 kernel. What is split: an ``aten._to_copy`` whose only keyword is the dtype,
 or a ``prims.convert_element_type``, from a floating dtype to a floating
 dtype at least as wide, on a CUDA device, that is not a graph output and
-whose readers are all ATen pointwise operators (``torch.Tag.pointwise``),
-at least two of them. A reader that is not pointwise (an ATen call, a
-library group) would then read a cast of its own as a separate kernel, so
-such casts are left as they are. The copies compute the same values: the
+whose readers are all ATen pointwise operators (``torch.Tag.pointwise``)
+with a result of the cast's shape, at least two of them. A reader that is
+not pointwise (an ATen call, a library group) would read a cast of its own
+as a separate kernel, and the planner moves a cast only into a kernel of
+its own shape (a copy left behind is stored wide, once per copy), so such
+casts are left as they are. The copies compute the same values: the
 graph's results do not change, and its eager run (fallback, accuracy
 check) is the same function.
 """
@@ -45,7 +47,8 @@ def split_widening_casts(gm: torch.fx.GraphModule) -> int:
         readers = list(node.users)
         if len(readers) < 2 or not _widening_cuda_cast(node):
             continue
-        if not all(_pointwise(reader) for reader in readers):
+        shape = node.meta["val"].shape
+        if not all(_pointwise(reader) and _same_shape(reader, shape) for reader in readers):
             continue
         for reader in readers[1:]:
             with graph.inserting_after(node):
@@ -77,6 +80,13 @@ def _widening_cuda_cast(node: torch.fx.Node) -> bool:
     if not (before.dtype.is_floating_point and after.dtype.is_floating_point):
         return False
     return after.dtype != before.dtype and after.dtype.itemsize >= before.dtype.itemsize
+
+
+def _same_shape(node: torch.fx.Node, shape: torch.Size) -> bool:
+    # The planner moves a cast only into a group of its own shape; a copy
+    # that stayed behind would be stored wide once per copy.
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.shape == shape
 
 
 def _pointwise(node: torch.fx.Node) -> bool:

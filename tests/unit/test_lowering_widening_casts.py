@@ -104,6 +104,16 @@ def test_casts_it_leaves_alone() -> None:
         assert split_widening_casts(gm) == 0, fn.__name__
         assert gm.code == before
 
+    # A reader whose result is larger (a broadcast): the cast could not join it.
+    def a_broadcasting_reader(g: torch.Tensor, big: torch.Tensor) -> tuple[Any, Any]:
+        wide = g.float()
+        return wide + 1, wide + big
+
+    gm = _on_fake_cuda(
+        a_broadcasting_reader, torch.randn(4, 16, 8, 8, dtype=BF16), torch.randn(3, 4, 16, 8, 8)
+    )
+    assert split_widening_casts(gm) == 0
+
     # A CPU graph: its casts run as ATen calls, where a copy is a second call.
     cpu = make_fx(_junction, tracing_mode="fake")(
         torch.randn(4, 16, 8, 8, dtype=BF16), torch.randn(4, 16, 8, 8)
