@@ -56,9 +56,9 @@ class Options:
     generated_kernels: bool = _field(
         True,
         "Fuse elementwise ops, reductions with their elementwise prologue/epilogue, "
-        "softmax/layer-norm/RMS-norm, and 2-d max pools with their elementwise prologue of "
-        "CUDA partitions into NVRTC-generated kernels (CUDA engine I). False runs those nodes "
-        "as ATen calls.",
+        "softmax/layer-norm/RMS-norm, and 2-d max pools and their backward with their "
+        "elementwise prologue of CUDA partitions into NVRTC-generated kernels (CUDA engine I). "
+        "False runs those nodes as ATen calls.",
         True,
     )
     channels_last: bool = _field(
