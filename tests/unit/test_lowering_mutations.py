@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from mybackend.lowering.layout import placeholder_values
 from mybackend.lowering.mutations import batch_input_mutations
 from mybackend.reports import collecting
 
@@ -155,10 +156,10 @@ def test_symbolic_sizes_are_compared_without_guards() -> None:
         return x * 2
 
     gm = make_fx(two, tracing_mode="symbolic")(torch.randn(5), torch.randn(5), torch.randn(3, 5))
-    shape_env = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"].fake_mode
-    guards = len(shape_env.shape_env.guards)
+    shape_env = placeholder_values(gm)[0].fake_mode.shape_env
+    guards = len(shape_env.guards)
 
     assert batch_input_mutations(gm) == 2
 
-    assert len(shape_env.shape_env.guards) == guards
+    assert len(shape_env.guards) == guards
     assert len(_calls(gm, aten._foreach_copy_.default)) == 1
