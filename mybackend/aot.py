@@ -37,6 +37,7 @@ from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_
 from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
 from mybackend.lowering.mutations import batch_input_mutations
+from mybackend.lowering.scatter_adds import fold_scatter_adds
 from mybackend.lowering.widening_casts import split_widening_casts
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
@@ -172,6 +173,8 @@ def _compile_now(
             start = time.perf_counter()
         if options.generated_kernels and (split := split_widening_casts(planned)):
             log.debug("%s: %d widening casts copied per reader", name, split)
+        if folded := fold_scatter_adds(planned):
+            log.debug("%s: %d sums of a scatter into zeros folded", name, folded)
         lowered = lower(planned, example_inputs)
         stage_times.append(("lowering", time.perf_counter() - start))
         ir_text = lowered.graph.to_text(True)

@@ -21,7 +21,9 @@ dimensions:
   A's source gains columns, the output's extra rows are sliced off.
 
 A source padded the same way twice (GPT-2's backward pads the output
-gradient for both of its products) is padded once. Padding costs a copy of
+gradient for both of its products) is padded once; a cross-entropy
+gradient is written padded by its kernel (Note [Padded cross-entropy
+gradient] in mybackend/cross_entropy.py). Padding costs a copy of
 each source: the pass pads only when that copy, at copy bandwidth, is under
 three times the aligned product's time at the matrix units' peak (the
 misaligned kernel measured 5-7 times slower). In inference graphs a source
@@ -55,6 +57,7 @@ import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
+from mybackend.cross_entropy import pad_cross_entropy_gradients
 from mybackend.lowering.fake_prop import (
     Repropagation,
     insert_clone,
@@ -314,6 +317,7 @@ def pad_matmuls(
         count = _pad_products(graph, device_types)
         if count == 0:
             return gm, 0
+        pad_cross_entropy_gradients(graph)
         for _ in range(_MAX_ROUNDS):
             view = propagation.until_view_fails(example_inputs)
             if view is None:

@@ -165,6 +165,7 @@ std::string cross_entropy_entries(const NormSpec& spec, const Names& n, Entry& e
   }
   e.sizes(false);
   e.int64("row_stride");
+  if (!forward) e.int64("out_row_stride");
   e.int64("ignore_index", /*index=*/false);
   const int vec = emit::vector_width({spec.dtype});
   e.abi.elements_per_thread = vec;

@@ -90,10 +90,11 @@ std::string match_softmax(const Graph& graph, const Node& node, NormMatch* out) 
 }
 
 // mybackend::cross_entropy_forward(x, target, ignore_index) -> (loss, lse)
-// mybackend::cross_entropy_backward(grad_loss, x, target, lse, ignore_index)
-//   -> grad_in
+// mybackend::cross_entropy_backward(grad_loss, x, target, lse, ignore_index[, pad])
+//   -> grad_in [rows, classes + pad]
 // (mybackend/cross_entropy.py). x is [rows, classes] with unit column
-// stride; any row stride (Note [Rows of any alignment]).
+// stride; any row stride (Note [Rows of any alignment]). The gradient's
+// rows end in `pad` zeros (Note [Padded cross-entropy gradient]).
 std::string match_cross_entropy(const Graph& graph, const Node& node, NormMatch* out) {
   const bool forward = node.op == "mybackend::cross_entropy_forward.default";
   const std::size_t x_arg = forward ? 0 : 1;
@@ -130,6 +131,18 @@ std::string match_cross_entropy(const Graph& graph, const Node& node, NormMatch*
     g.inputs.push_back({"lse", node.args[3].value});
     const TensorType& y = graph.value(node.outputs[0]).tensor;
     if (y.dtype != x->dtype) return "the gradient's dtype differs from the logits'";
+    std::int64_t pad = 0;
+    if (node.args.size() > 5) {
+      const Argument& pad_arg = arg_at(node, 5);
+      if (pad_arg.kind != Argument::Kind::Int || pad_arg.i < 0) return "unexpected arguments";
+      pad = pad_arg.i;
+    }
+    if (y.rank() != 2) return "the gradient is not [rows, classes + pad]";
+    const Dim& classes = x->sizes[1];
+    const Dim& width = y.sizes[1];
+    if (classes.is_static() && width.is_static() &&
+        width.static_value() != classes.static_value() + pad)
+      return "the gradient is not [rows, classes + pad]";
     g.outputs = {{"grad_in", node.outputs[0]}};
   }
   return finish(g, {node.id}, out);

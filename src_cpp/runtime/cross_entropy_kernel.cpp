@@ -51,9 +51,17 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
     if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
     tensors[name] = t;
   }
+  // The gradient may be wider than the logits: Note [Padded cross-entropy gradient].
+  std::int64_t out_row_stride = cols;
+  if (const auto grad = tensors.find("grad_in"); grad != tensors.end()) {
+    const at::Tensor& t = grad->second;
+    if (t.dim() != 2 || t.size(0) != rows || t.size(1) < cols)
+      return fail("the gradient is not [rows, classes + pad]");
+    out_row_stride = t.size(1);
+  }
   if (rows > 0) {
     const bool index32 =
-        (rows - 1) * row_stride + cols < kIndex32Limit && rows * cols < kIndex32Limit;
+        (rows - 1) * row_stride + cols < kIndex32Limit && rows * out_row_stride < kIndex32Limit;
     const std::size_t v = index32 || variants_.size() == 1 ? 0 : variants_.size() - 1;
     const DeviceModules::Loaded& l = modules_.on(x.device().index());
     const KernelEntry& entry = variants_[v].kernel.entries[0];
@@ -61,6 +69,7 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
                                        {{"rows", rows},
                                         {"cols", cols},
                                         {"row_stride", row_stride},
+                                        {"out_row_stride", out_row_stride},
                                         {"ignore_index", g.ignore_index}},
                                        {});
     launch_on_stream(l, l.functions[v][0], capped_grid(rows, l.sm_count, kBlocksPerSm), entry, args,

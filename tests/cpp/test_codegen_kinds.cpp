@@ -439,7 +439,7 @@ TEST(CodegenNorm, CrossEntropyKindsCompileVectorized) {
                                       "ignore_index"}));
   EXPECT_EQ(params(cases.back().kernel),
             (std::vector<std::string>{"grad_loss", "x", "target", "lse", "grad_in", "rows", "cols",
-                                      "row_stride", "ignore_index"}));
+                                      "row_stride", "out_row_stride", "ignore_index"}));
   const auto outcomes = compile_all(cases);
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     ASSERT_TRUE(outcomes[i].ok()) << cases[i].label;

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import mybackend
 from mybackend.cross_entropy import cross_entropy_backward, cross_entropy_forward
-from tests.testing import run_generated_norm
+from tests.testing import compiled_records, run_generated_norm
 
 pytestmark = [pytest.mark.gpu]
 
@@ -74,6 +74,32 @@ def test_forward_and_backward_kernels(
     assert (grad[target == IGNORE] == 0).all()
 
 
+@pytest.mark.parametrize("dtype", [BF16, F32])
+@pytest.mark.parametrize("shape", [(3, 7), (64, 50257)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_backward_kernel_writes_padded_rows(dtype: torch.dtype, shape: tuple[int, int]) -> None:
+    """Note [Padded cross-entropy gradient]: each row, then `pad` zeros."""
+    rows, cols = shape
+    pad = 8 - cols % 8 if cols % 8 else 8
+    x, target = _logits(rows, cols, dtype, "padded"), _targets(rows, cols)
+    lse = torch.logsumexp(x.float(), dim=1)
+    grad_loss = torch.rand(rows, device="cuda")
+    # A freed block of NaNs, which the caching allocator hands to the
+    # gradient: the padding is written, not left as the block was.
+    torch.full((rows, cols + pad), float("nan"), device="cuda", dtype=dtype)
+    ops = torch.ops.mybackend
+    (grad,) = run_generated_norm(
+        lambda g, x, t, s: ops.cross_entropy_backward(g, x, t, s, IGNORE, pad),
+        grad_loss,
+        x,
+        target,
+        lse,
+    )
+    want = cross_entropy_backward(grad_loss, x, target, lse, IGNORE)
+    assert grad.shape == (rows, cols + pad) and grad.is_contiguous()
+    torch.testing.assert_close(grad[:, :cols], want, **GRAD_TOL[dtype])
+    assert (grad[:, cols:] == 0).all()
+
+
 def test_out_of_range_target_gives_nan_not_a_crash() -> None:
     x, target = _logits(4, 10, F32, "contiguous"), torch.tensor([1, 10, -3, 2], device="cuda")
     loss, _ = run_generated_norm(
@@ -105,7 +131,7 @@ def test_language_model_head_trains_like_eager(reduction: str) -> None:
     torch._dynamo.reset()
     expected = run(step)
     compiled = torch.compile(step, backend="mybackend", options={"strict": True})
-    got = run(compiled)
+    got, records = compiled_records(lambda: run(compiled))
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-3)
 
@@ -113,3 +139,8 @@ def test_language_model_head_trains_like_eager(reduction: str) -> None:
     forward = report.graphs[0]
     assert "mybackend::cross_entropy_forward.default" in forward.ir_text
     assert "_log_softmax" not in forward.ir_text
+    # Note [Padded cross-entropy gradient]: the backward's product reads the
+    # gradient kernel's padded rows, not a constant_pad_nd copy of them.
+    backward = [r for r in records if "cross_entropy_backward" in r.ir_text]
+    assert backward, [r.kind for r in records]
+    assert "constant_pad_nd" not in backward[0].ir_text

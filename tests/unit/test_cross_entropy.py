@@ -270,3 +270,118 @@ def test_planner_leaves_fp64_logits_to_aten() -> None:
         ((8,), torch.int64),
     )
     assert all(k["kind"] != "norm" for k in kernels)
+
+
+def test_padded_gradient_matches_the_padded_copy() -> None:
+    """Note [Padded cross-entropy gradient]: the op's ATen implementation."""
+    x, target = _case(torch.bfloat16)
+    x = x.detach()
+    lse = torch.logsumexp(x.float(), dim=1)
+    grad_loss = torch.rand(x.shape[0])
+    ops = torch.ops.mybackend
+    plain = ops.cross_entropy_backward(grad_loss, x, target, lse, IGNORE)
+    padded = ops.cross_entropy_backward(grad_loss, x, target, lse, IGNORE, 3)
+    assert padded.shape == (x.shape[0], x.shape[1] + 3) and padded.is_contiguous()
+    torch.testing.assert_close(padded, F.pad(plain, (0, 3)), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="pad must be >= 0"):
+        ops.cross_entropy_backward(grad_loss, x, target, lse, IGNORE, -1)
+
+
+def _output_layer_backward(
+    g: torch.Tensor,
+    x: torch.Tensor,
+    t: torch.Tensor,
+    lse: torch.Tensor,
+    w: torch.Tensor,
+    h: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPT-2's backward around its loss: the logits' gradient, reshaped to
+    [batch, seq, vocab] and back, feeds both products of the output layer."""
+    grad = torch.ops.mybackend.cross_entropy_backward(g, x, t, lse, IGNORE)
+    grad = grad.view(2, grad.shape[0] // 2, grad.shape[1]).view(grad.shape[0], grad.shape[1])
+    return torch.mm(grad, w), torch.mm(grad.t(), h)
+
+
+def _pad_output_layer(device: str) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, int]:
+    from mybackend.lowering import matmul_padding
+
+    shapes = [((64,), torch.float32), ((64, 101), torch.bfloat16), ((64,), torch.int64)]
+    shapes += [((64,), torch.float32), ((101, 40), torch.bfloat16), ((64, 40), torch.bfloat16)]
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fakes = [torch.empty(s, dtype=d, device=device) for s, d in shapes]
+    gm = make_fx(_output_layer_backward, tracing_mode="fake")(*fakes)
+    limit = matmul_padding._MAX_COPY_TO_PRODUCT
+    matmul_padding._MAX_COPY_TO_PRODUCT = float("inf")
+    try:
+        padded, count = matmul_padding.pad_matmuls(gm, fakes, "backward", device_types=(device,))
+    finally:
+        matmul_padding._MAX_COPY_TO_PRODUCT = limit
+    return gm, padded, count
+
+
+def test_the_output_layer_pad_becomes_the_gradient_kernels_padding() -> None:
+    """Both products read the gradient padded to 104 columns; the cross-entropy
+    backward writes those rows itself, with no constant_pad_nd left."""
+    gm, padded, count = _pad_output_layer("cpu")
+    assert count == 2
+    nodes = list(padded.graph.nodes)
+    assert not [
+        n
+        for n in nodes
+        if n.target is torch.ops.aten.constant_pad_nd.default
+        and "cross_entropy" in str(n.args[0].target)
+    ]
+    [grad] = [n for n in nodes if n.target is torch.ops.mybackend.cross_entropy_backward.default]
+    assert grad.args[5] == 3 and tuple(grad.meta["val"].shape) == (64, 104)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 101, generator=gen).to(torch.bfloat16)
+    target = torch.randint(0, 101, (64,), generator=gen)
+    target[3] = IGNORE
+    real = [torch.rand(64, generator=gen), x, target, torch.logsumexp(x.float(), dim=1)]
+    real += [torch.randn(101, 40, generator=gen).to(torch.bfloat16)]
+    real += [torch.randn(64, 40, generator=gen).to(torch.bfloat16)]
+    for got, want in zip(padded(*real), gm(*real), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_gradient_read_elsewhere_keeps_the_pad() -> None:
+    def fn(g, x, t, lse, w):  # type: ignore[no-untyped-def]
+        grad = torch.ops.mybackend.cross_entropy_backward(g, x, t, lse, IGNORE)
+        return torch.mm(grad, w), grad.sum()
+
+    from mybackend.lowering import matmul_padding
+
+    shapes = [((64,), torch.float32), ((64, 101), torch.bfloat16), ((64,), torch.int64)]
+    shapes += [((64,), torch.float32), ((101, 40), torch.bfloat16)]
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fakes = [torch.empty(s, dtype=d, device="cpu") for s, d in shapes]
+    gm = make_fx(fn, tracing_mode="fake")(*fakes)
+    limit = matmul_padding._MAX_COPY_TO_PRODUCT
+    matmul_padding._MAX_COPY_TO_PRODUCT = float("inf")
+    try:
+        padded, count = matmul_padding.pad_matmuls(gm, fakes, "backward", device_types=("cpu",))
+    finally:
+        matmul_padding._MAX_COPY_TO_PRODUCT = limit
+    assert count == 1
+    [grad] = [
+        n
+        for n in padded.graph.nodes
+        if n.target is torch.ops.mybackend.cross_entropy_backward.default
+    ]
+    assert len(grad.args) == 5
+    assert [n for n in padded.graph.nodes if n.target is torch.ops.aten.constant_pad_nd.default]
+
+
+def test_planner_generates_the_padded_gradient_kernel() -> None:
+    ops = torch.ops.mybackend
+
+    def backward(
+        g: torch.Tensor, x: torch.Tensor, t: torch.Tensor, lse: torch.Tensor
+    ) -> torch.Tensor:
+        return ops.cross_entropy_backward(g, x[:, :50257], t, lse, IGNORE, 7)
+
+    rows = ((64,), torch.float32)
+    specs = [rows, ((64, 50264), torch.bfloat16), ((64,), torch.int64), rows]
+    kernels = [k for k in _cuda_kernels(backward, *specs) if k["kind"] == "norm"]
+    assert len(kernels) == 1, kernels
+    assert "out_row_stride" in kernels[0]["source"]

@@ -80,17 +80,19 @@ __device__ __forceinline__ void cross_entropy_forward(const T* __restrict__ x,
 }
 
 // grad_in = grad_loss * (exp(x - lse) - onehot(target)) per row; zero rows
-// where target == ignore_index. grad_in is contiguous ([rows, cols]).
+// where target == ignore_index. grad_in's rows are out_row_stride >= cols
+// elements apart, the columns past cols zero (Note [Padded cross-entropy
+// gradient] in mybackend/cross_entropy.py).
 template <class T, class I, int VEC>
-__device__ __forceinline__ void cross_entropy_backward(const float* __restrict__ grad_loss,
-                                                       const T* __restrict__ x,
-                                                       const long long* __restrict__ target,
-                                                       const float* __restrict__ lse,
-                                                       T* __restrict__ grad_in, I rows, I cols,
-                                                       I row_stride, long long ignore_index) {
+__device__ __forceinline__ void cross_entropy_backward(
+    const float* __restrict__ grad_loss, const T* __restrict__ x,
+    const long long* __restrict__ target, const float* __restrict__ lse, T* __restrict__ grad_in,
+    I rows, I cols, I row_stride, I out_row_stride, long long ignore_index) {
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * row_stride;
-    T* gr = grad_in + row * cols;
+    T* gr = grad_in + row * out_row_stride;
+    for (I c = cols + threadIdx.x; c < out_row_stride; c += blockDim.x)
+      gr[c] = from_compute<T>(0.f);
     const long long t = target[row];
     const bool ignored = t == ignore_index;
     const float g = ignored ? 0.0f : grad_loss[row];

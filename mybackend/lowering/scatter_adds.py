@@ -1,0 +1,84 @@
+"""A sum of a tensor and a scatter into zeros: one scatter into the tensor.
+
+Note [Scatters into their addend]
+A tied embedding's gradient is the sum of two gradients: the output
+layer's (a dense [vocab, dim] product) and the embedding lookup's, which
+aot_autograd traces as ``index_put(full(0), [tokens], rows, accumulate=True)``
+(``embedding_dense_backward``'s decomposition). ATen then fills a
+[vocab, dim] f32 tensor with zeros, scatters the token rows into it and
+adds the whole of it to the other gradient: for GPT-2 (50257 x 768 f32,
+154 MB) a fill, and an add that reads 308 MB and writes 154 MB, about
+0.2 ms on an H100 for a scatter of a few thousand rows.
+
+``add(a, index_put(full(0), indices, values, True))`` is
+``index_put(a, indices, values, True)``: the scatter accumulates into a
+copy of ``a`` instead of into zeros. The rounding differs only in order
+(``a + (v1 + v2)`` becomes ``(a + v1) + v2`` for a row hit twice). What is
+rewritten: a ``full`` of 0 read only by an accumulating ``index_put`` read
+only by an ``add`` (no ``alpha``) whose other operand has the scatter's
+shape and dtype, so the add neither broadcasts nor promotes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+
+def fold_scatter_adds(gm: torch.fx.GraphModule) -> int:
+    """Rewrites ``gm`` in place; returns how many sums were folded."""
+    graph = gm.graph
+    folded = 0
+    for add in list(graph.nodes):
+        if add.op != "call_function" or add.target is not aten.add.Tensor or add.kwargs:
+            continue
+        for scatter, addend in ((add.args[1], add.args[0]), (add.args[0], add.args[1])):
+            if _zero_scatter(scatter) and _same_type(addend, scatter):
+                _, indices, values, _ = scatter.args
+                with graph.inserting_before(add):
+                    into = graph.call_function(
+                        aten.index_put.default, (addend, indices, values, True)
+                    )
+                into.meta = dict(add.meta)
+                add.replace_all_uses_with(into)
+                zeros = scatter.args[0]
+                for dead in (add, scatter, zeros):
+                    graph.erase_node(dead)
+                folded += 1
+                break
+    if folded:
+        gm.recompile()
+    return folded
+
+
+def _zero_scatter(node: Any) -> bool:
+    """An accumulating index_put into a zero-filled tensor, each read once."""
+    if not isinstance(node, torch.fx.Node) or node.target is not aten.index_put.default:
+        return False
+    if len(node.users) != 1 or len(node.args) != 4 or node.args[3] is not True:
+        return False
+    zeros = node.args[0]
+    return (
+        isinstance(zeros, torch.fx.Node)
+        and zeros.target is aten.full.default
+        and len(zeros.users) == 1
+        and len(zeros.args) == 2
+        and zeros.args[1] == 0
+    )
+
+
+def _same_type(addend: Any, scatter: torch.fx.Node) -> bool:
+    if not isinstance(addend, torch.fx.Node):
+        return False
+    a, s = addend.meta.get("val"), scatter.meta.get("val")
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(s, torch.Tensor)
+        and a.shape == s.shape
+        and a.dtype == s.dtype
+        and a.device == s.device
+    )
