@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import mybackend
 from mybackend.lowering.scatter_adds import fold_scatter_adds
 from tests.testing import compiled_records
 
@@ -74,6 +73,35 @@ def test_other_sums_are_left_alone(fn: Callable[..., Any]) -> None:
     assert _targets(gm) == before
 
 
+def _upcast_plus_scatter(a: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Autocast's shape of GPT-2's tied gradient: the product's gradient
+    cast to f32 (a tensor of the graph's own) plus the lookup's scatter."""
+    return a.to(torch.bfloat16).float() + _scatter(v, i)
+
+
+def test_a_fresh_addend_read_once_takes_the_scatter_in_place() -> None:
+    inputs = _inputs()
+    gm = make_fx(_upcast_plus_scatter)(*inputs)
+    expected = gm(*inputs)
+    assert fold_scatter_adds(gm) == 1
+    assert aten.index_put_.default in _targets(gm)
+    torch.testing.assert_close(gm(*inputs), expected)
+
+
+def test_an_addend_read_elsewhere_is_copied_first() -> None:
+    def fn(a: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        wide = a.to(torch.bfloat16).float()
+        return wide + _scatter(v, i), wide
+
+    inputs = _inputs()
+    gm = make_fx(fn)(*inputs)
+    expected = gm(*inputs)
+    assert fold_scatter_adds(gm) == 1
+    assert aten.index_put.default in _targets(gm)
+    assert aten.index_put_.default not in _targets(gm)
+    torch.testing.assert_close(gm(*inputs), expected)  # the cast is read unchanged
+
+
 class _TiedLanguageModel(torch.nn.Module):
     """An embedding whose weight is also the output layer's: its gradient
     is the product's plus the lookup's scatter."""
@@ -87,22 +115,27 @@ class _TiedLanguageModel(torch.nn.Module):
         return F.linear(hidden, self.embedding.weight)
 
 
-def test_tied_embedding_gradient_through_the_backend() -> None:
+@pytest.mark.parametrize("autocast", [False, True])
+def test_tied_embedding_gradient_through_the_backend(autocast: bool) -> None:
+    """Under autocast the product's gradient is cast to f32, a tensor of the
+    backward's own: the scatter goes into it in place."""
     torch.manual_seed(0)
     model = _TiedLanguageModel()
     tokens = torch.randint(0, VOCAB, (3, TOKENS))
-    model(tokens).square().sum().backward()
-    expected = model.embedding.weight.grad.clone()
-    model.embedding.weight.grad = None
+
+    def step(fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+        model.embedding.weight.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = fn(tokens).float().square().sum()
+        loss.backward()
+        return model.embedding.weight.grad.clone()
+
+    expected = step(model)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="mybackend", options={"strict": True})
-
-    def step() -> None:
-        compiled(tokens).square().sum().backward()
-
-    _, records = compiled_records(step)
-    torch.testing.assert_close(model.embedding.weight.grad, expected)
+    got, records = compiled_records(lambda: step(compiled))
+    torch.testing.assert_close(got, expected)
     backward = [r for r in records if r.kind == "backward"]
-    assert backward and "aten::index_put" in backward[0].ir_text
-    assert "aten::full" not in backward[0].ir_text
-    assert mybackend.supported_ops()  # the backend stayed importable and registered
+    assert backward and "aten::full" not in backward[0].ir_text
+    scatter = "aten::index_put_." if autocast else "aten::index_put."
+    assert scatter in backward[0].ir_text
