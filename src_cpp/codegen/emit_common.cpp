@@ -354,6 +354,7 @@ std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
       << "#pragma unroll\n"
       << indent << "  for (int d = " << std::to_string(rank - 1) << "; d >= 0; --d) {\n"
       << indent << "    const I size = static_cast<I>(" << shape << ".d[d]);\n"
+      << indent << "    if (d > 0 && size == 1) continue;  // Note [Coalesced dims]\n"
       << indent << "    const I coord = d > 0 ? rem % size : rem;\n"
       << indent << "    if (d > 0) rem /= size;\n";
   for (const auto& t : tensors) {

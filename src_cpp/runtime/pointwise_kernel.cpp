@@ -12,6 +12,7 @@
 
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "runtime/coalesced_dims.h"
 
 namespace mybackend {
 namespace {
@@ -128,6 +129,7 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       *shape = permuted(*shape, g.order);
       for (auto& s : strides) s = permuted(s, g.order);
     }
+    coalesce_dims(*shape, strides);  // Note [Coalesced dims]
     if (numel > 0) {
       std::vector<TensorArg> args;
       for (const auto& t : g.spec.inputs) args.push_back(t);

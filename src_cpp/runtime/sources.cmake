@@ -1,6 +1,7 @@
-# The memory plan is torch-free (Note [Memory plan]): it sits in the core
-# library, so tests/cpp/test_memory_plan.cpp tests it without torch.
-list(APPEND CORE_SOURCES runtime/memory_plan.cpp)
+# The memory plan and the dims coalescing are torch-free (Note [Memory plan],
+# Note [Coalesced dims]): they sit in the core library, so tests/cpp tests
+# them without torch.
+list(APPEND CORE_SOURCES runtime/memory_plan.cpp runtime/coalesced_dims.cpp)
 list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
   runtime/symbol_binder.cpp runtime/executor.cpp runtime/cuda_graph_runner.cpp
   runtime/graph_memory.cpp runtime/planned_outputs.cpp runtime/recovery_window.cpp

@@ -1,0 +1,96 @@
+// Stage 9: merging the dims a pointwise kernel walks as one
+// (runtime/coalesced_dims.h, Note [Coalesced dims]).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/coalesced_dims.h"
+
+namespace mybackend {
+namespace {
+
+using Dims = std::vector<std::int64_t>;
+
+// The offset of every flat index, for every tensor: what a kernel computes.
+std::vector<Dims> offsets(const Dims& shape, const std::vector<Dims>& strides) {
+  std::int64_t numel = 1;
+  for (std::int64_t s : shape) numel *= s;
+  std::vector<Dims> out(strides.size());
+  for (std::int64_t i = 0; i < numel; ++i) {
+    std::int64_t rem = i;
+    Dims offset(strides.size(), 0);
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      const std::int64_t coord = rem % shape[d];
+      rem /= shape[d];
+      for (std::size_t k = 0; k < strides.size(); ++k) offset[k] += coord * strides[k][d];
+    }
+    for (std::size_t k = 0; k < strides.size(); ++k) out[k].push_back(offset[k]);
+  }
+  return out;
+}
+
+// Coalesces and checks that every tensor's elements are where they were.
+int coalesced(Dims& shape, std::vector<Dims>& strides) {
+  const auto before = offsets(shape, strides);
+  const std::size_t rank = shape.size();
+  const int kept = coalesce_dims(shape, strides);
+  EXPECT_EQ(shape.size(), rank);
+  for (const Dims& s : strides) EXPECT_EQ(s.size(), rank);
+  EXPECT_EQ(offsets(shape, strides), before);
+  return kept;
+}
+
+TEST(CoalescedDims, PerChannelOperandOfAChannelsLastWalkKeepsOneModulus) {
+  // [N, H, W, C] in memory order: a dense activation and a per-channel scale.
+  Dims shape{2, 3, 5, 8};
+  std::vector<Dims> strides{{120, 40, 8, 1}, {0, 0, 0, 1}};
+  EXPECT_EQ(coalesced(shape, strides), 2);
+  EXPECT_EQ(shape, (Dims{30, 1, 1, 8}));
+  EXPECT_EQ(strides[0], (Dims{8, 0, 0, 1}));
+  EXPECT_EQ(strides[1], (Dims{0, 0, 0, 1}));
+}
+
+TEST(CoalescedDims, DenseTensorsBecomeOneInnermostDim) {
+  Dims shape{2, 3, 4};
+  std::vector<Dims> strides{{12, 4, 1}, {0, 0, 0}};  // and a broadcast scalar
+  EXPECT_EQ(coalesced(shape, strides), 1);
+  EXPECT_EQ(shape, (Dims{1, 1, 24}));
+  EXPECT_EQ(strides[0], (Dims{0, 0, 1}));
+}
+
+TEST(CoalescedDims, TransposedTensorKeepsItsDims) {
+  Dims shape{4, 6};
+  std::vector<Dims> strides{{6, 1}, {1, 4}};
+  EXPECT_EQ(coalesced(shape, strides), 2);
+  EXPECT_EQ(shape, (Dims{4, 6}));
+  EXPECT_EQ(strides[1], (Dims{1, 4}));
+}
+
+TEST(CoalescedDims, SizeOneDimsAreDroppedWhateverTheirStride) {
+  Dims shape{3, 1, 1, 5, 1};
+  std::vector<Dims> strides{{5, 99, 7, 1, 3}, {1, 0, 4, 0, 9}};
+  EXPECT_EQ(coalesced(shape, strides), 2);
+  EXPECT_EQ(shape, (Dims{3, 1, 1, 1, 5}));
+  EXPECT_EQ(strides[1], (Dims{1, 0, 0, 0, 0}));
+}
+
+TEST(CoalescedDims, OnlyDimsEveryTensorWalksAsOneMerge) {
+  // The second tensor is a slice with a gap between rows of the middle dim.
+  Dims shape{2, 3, 4};
+  std::vector<Dims> strides{{12, 4, 1}, {15, 5, 1}};
+  EXPECT_EQ(coalesced(shape, strides), 2);
+  EXPECT_EQ(shape, (Dims{6, 1, 4}));
+  EXPECT_EQ(strides[1], (Dims{5, 0, 1}));
+}
+
+TEST(CoalescedDims, ASingleElementIsLeftAsItIs) {
+  Dims shape{1, 1};
+  std::vector<Dims> strides{{7, 3}};
+  EXPECT_EQ(coalesce_dims(shape, strides), 0);
+  EXPECT_EQ(shape, (Dims{1, 1}));
+  EXPECT_EQ(strides[0], (Dims{7, 3}));
+}
+
+}  // namespace
+}  // namespace mybackend
