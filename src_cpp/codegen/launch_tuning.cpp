@@ -31,6 +31,7 @@ std::string LaunchTuning::to_string() const {
   return "pw_block=" + std::to_string(pw_block) +
          " pw_vec_per_thread=" + std::to_string(pw_vec_per_thread) +
          " pw_blocks_per_sm=" + std::to_string(pw_blocks_per_sm) +
+         " pw_coalesce_dims=" + std::to_string(pw_coalesce_dims) +
          " norm_block=" + std::to_string(norm_block) +
          " norm_vec_per_thread=" + std::to_string(norm_vec_per_thread) +
          " norm_blocks_per_sm=" + std::to_string(norm_blocks_per_sm) +
@@ -48,6 +49,7 @@ LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
   t.pw_vec_per_thread = knob(env, "MYBACKEND_PW_VEC_PER_THREAD", t.pw_vec_per_thread, {1, 2, 4, 8});
   t.pw_blocks_per_sm =
       knob(env, "MYBACKEND_PW_BLOCKS_PER_SM", t.pw_blocks_per_sm, {0, 1, 2, 4, 8, 16, 32});
+  t.pw_coalesce_dims = knob(env, "MYBACKEND_PW_COALESCE_DIMS", t.pw_coalesce_dims, {0, 1});
   t.norm_block = knob(env, "MYBACKEND_NORM_BLOCK", t.norm_block, {64, 128, 256, 512, 1024});
   t.norm_vec_per_thread =
       knob(env, "MYBACKEND_NORM_VEC_PER_THREAD", t.norm_vec_per_thread, {1, 2, 4, 8, 16});

@@ -26,6 +26,9 @@ struct LaunchTuning {
   int pw_block = 128;         // MYBACKEND_PW_BLOCK: threads per block
   int pw_vec_per_thread = 1;  // MYBACKEND_PW_VEC_PER_THREAD: 16-byte vectors per thread and step
   int pw_blocks_per_sm = 0;   // MYBACKEND_PW_BLOCKS_PER_SM: grid cap (0: one tile per block)
+  // MYBACKEND_PW_COALESCE_DIMS: merge the dims every tensor walks as one at
+  // launch (Note [Coalesced dims] in runtime/coalesced_dims.h); 0 for A/B runs.
+  int pw_coalesce_dims = 1;
   // Row-wise norm / softmax kernels.
   int norm_block = 256;         // MYBACKEND_NORM_BLOCK: threads per block (a power of two)
   int norm_vec_per_thread = 4;  // MYBACKEND_NORM_VEC_PER_THREAD: vectors of a row one thread holds

@@ -129,7 +129,7 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       *shape = permuted(*shape, g.order);
       for (auto& s : strides) s = permuted(s, g.order);
     }
-    coalesce_dims(*shape, strides);  // Note [Coalesced dims]
+    if (launch_tuning().pw_coalesce_dims) coalesce_dims(*shape, strides);  // Note [Coalesced dims]
     if (numel > 0) {
       std::vector<TensorArg> args;
       for (const auto& t : g.spec.inputs) args.push_back(t);
