@@ -11,8 +11,31 @@
 
 namespace mybackend {
 
-bool groupable_cast(const Graph& graph, const Node& node, const PointwiseGroup& single) {
-  if (!ir_match::is_dtype_cast(graph, node)) return false;
+namespace {
+
+// A copy that keeps the dtype: clone (any memory format), or _to_copy to
+// the same dtype.
+bool same_dtype_copy(const Graph& graph, const Node& node) {
+  if (node.op != "aten::clone.default" && node.op != "aten::_to_copy.default") return false;
+  if (node.args.empty() || node.args[0].kind != Argument::Kind::Value || node.outputs.size() != 1)
+    return false;
+  return graph.value(node.args[0].value).tensor.dtype == graph.value(node.outputs[0]).tensor.dtype;
+}
+
+}  // namespace
+
+bool groupable_cast(const Graph& graph, const std::vector<NodeId>& nodes,
+                    const PointwiseGroup& single) {
+  int casts = 0;
+  for (NodeId n : nodes) {
+    const Node& node = graph.node(n);
+    if (ir_match::is_dtype_cast(graph, node)) {
+      ++casts;
+    } else if (!same_dtype_copy(graph, node)) {
+      return false;
+    }
+  }
+  if (casts != 1) return false;
   if (single.inputs.size() != 1 || single.outputs.size() != 1 || !single.order.empty())
     return false;
   const TensorType& in = graph.value(single.inputs[0]).tensor;

@@ -29,6 +29,19 @@
 // once two groups are contracted). One pass over the graph. A forward's
 // parameter casts all read graph inputs: level 0, one group.
 //
+// Note [Copies beside a cast]
+// The channels-last plan copies each convolution weight into its layout
+// (`clone(memory_format=channels_last)`) next to autocast's cast, and the
+// backward copies each weight gradient back: the pointwise planner makes
+// each pair one two-op kernel. For a 1x1 convolution's [K, C, 1, 1] weight
+// both layouts list the elements in the same order (size-1 dims do not
+// count), so input and output are contiguous and the pair converts element
+// i to element i like a plain cast: it joins the cast group (ResNet-50: 36
+// such launches in the forward, 36 in the backward). A unit of one dtype
+// cast plus copies that keep the dtype qualifies under the same contiguity
+// rule as a lone cast; a copy that really moves elements (a 3x3 weight into
+// channels-last) leaves its output non-contiguous and the unit out.
+//
 // Why a kind of its own (KernelKind::CastGroup) and not a variant of the
 // pointwise group: a PointwiseGroup is one iteration space (one shape, one
 // SSA body, per-tensor index modes), which its runtime, Note [Iteration
@@ -62,11 +75,13 @@
 
 namespace mybackend {
 
-// Whether `node`, planned alone as the pointwise group `single`, may join a
-// cast group: a dtype cast between floating dtypes codegen handles, from a
+// Whether `nodes`, planned as the pointwise group `single`, may join a cast
+// group: one dtype cast between floating dtypes codegen handles and any
+// number of copies that keep the dtype (Note [Copies beside a cast]), from a
 // contiguous tensor into a contiguous one of the same shape (symbolic sizes:
 // the guess of likely_contiguous; the runtime checks the tensors).
-bool groupable_cast(const Graph& graph, const Node& node, const PointwiseGroup& single);
+bool groupable_cast(const Graph& graph, const std::vector<NodeId>& nodes,
+                    const PointwiseGroup& single);
 
 // Which `candidates` (units of a partition's unit graph; `successors[u]`:
 // the units that read something unit u computes) share a kernel: sets of

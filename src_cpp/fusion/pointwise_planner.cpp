@@ -67,8 +67,7 @@ void merge_cast_units(const Graph& graph, const std::vector<std::vector<NodeId>>
   std::vector<std::string> keys;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const Unit& unit = units[u];
-    if (!unit.pointwise || unit.nodes.size() != 1) continue;
-    if (!groupable_cast(graph, graph.node(unit.nodes[0]), *unit.pointwise)) continue;
+    if (!unit.pointwise || !groupable_cast(graph, unit.nodes, *unit.pointwise)) continue;
     candidates.push_back(static_cast<int>(u));
     keys.push_back(graph.value(unit.pointwise->outputs[0]).tensor.device.str());
   }
@@ -85,7 +84,8 @@ void merge_cast_units(const Graph& graph, const std::vector<std::vector<NodeId>>
     Unit group;
     std::vector<std::shared_ptr<const PointwiseGroup>> singles;
     for (int u : set) {
-      group.nodes.push_back(units[static_cast<std::size_t>(u)].nodes[0]);
+      const std::vector<NodeId>& nodes = units[static_cast<std::size_t>(u)].nodes;
+      group.nodes.insert(group.nodes.end(), nodes.begin(), nodes.end());
       singles.push_back(units[static_cast<std::size_t>(u)].pointwise);
       merged[static_cast<std::size_t>(u)] = true;
     }
@@ -554,9 +554,13 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       group.nodes = unit.nodes;
       group.casts = unit.casts;
       group.spec = unit.casts->spec.to_string();
-      group.why = "grouped " + std::to_string(unit.nodes.size()) +
+      group.why = "grouped " + std::to_string(unit.casts->outputs.size()) +
                   " independent dtype casts into one generated multi-tensor kernel (Note "
                   "[Grouped casts])";
+      if (unit.nodes.size() > unit.casts->outputs.size())
+        group.why +=
+            "; layout copies beside them keep the element order (Note [Copies "
+            "beside a cast])";
       out.push_back(std::move(group));
     } else if (unit.pointwise) {
       KernelGroup group;

@@ -151,6 +151,56 @@ TEST(CastGroups, OnlyPlainFloatCastsOfContiguousTensorsJoin) {
   EXPECT_EQ(pointwise, (std::vector<std::vector<NodeId>>{{2}, {3}, {4, 5}})) << p.plan.to_string();
 }
 
+// Note [Copies beside a cast]: a 1x1 convolution weight cast and copied
+// into channels-last lists its elements in the same order, so the pair
+// joins the group; a 3x3 weight's copy moves elements and stays out.
+TEST(CastGroups, ACastWithALayoutCopyThatKeepsTheOrderJoins) {
+  GraphBuilder b;
+  auto channels_last = [](DType dtype, std::int64_t k, std::int64_t c, std::int64_t r) {
+    TensorType t = tensor(dtype, {k, c, r, r});
+    t.strides = {Dim(c * r * r), Dim(1), Dim(r * c), Dim(c)};
+    return t;
+  };
+  auto copy = [&](ValueId x, const TensorType& t, const std::string& name) {
+    return b.add_node(NodeKind::Aten, "aten::clone.default", {v(x)}, {out(t)}, name)[0];
+  };
+  ValueId w1 = b.add_input(out(tensor(DType::Float32, {64, 32, 1, 1}), "w1"));
+  ValueId w2 = b.add_input(out(tensor(DType::Float32, {16, 8, 1, 1}), "w2"));
+  ValueId w3 = b.add_input(out(tensor(DType::Float32, {16, 8, 3, 3}), "w3"));
+  ValueId c1 = cast(b, w1, tensor(DType::BFloat16, {64, 32, 1, 1}), "c1");  // node 0
+  ValueId l1 = copy(c1, channels_last(DType::BFloat16, 64, 32, 1), "l1");   // node 1
+  ValueId c2 = cast(b, w2, tensor(DType::BFloat16, {16, 8, 1, 1}), "c2");   // node 2
+  ValueId l2 = copy(c2, channels_last(DType::BFloat16, 16, 8, 1), "l2");    // node 3
+  ValueId c3 = cast(b, w3, tensor(DType::BFloat16, {16, 8, 3, 3}), "c3");   // node 4
+  ValueId l3 = copy(c3, channels_last(DType::BFloat16, 16, 8, 3), "l3");    // node 5
+  b.set_outputs({v(l1), v(l2), v(l3)});
+  Planned p = plan(b);
+  const auto groups = p.groups(KernelKind::CastGroup);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3}));
+  EXPECT_EQ(groups[0]->casts->inputs, (std::vector<ValueId>{w1, w2}));
+  EXPECT_EQ(groups[0]->casts->outputs, (std::vector<ValueId>{l1, l2}));
+  EXPECT_NE(groups[0]->why.find("grouped 2 independent dtype casts"), std::string::npos)
+      << groups[0]->why;
+  EXPECT_NE(groups[0]->why.find("Copies beside a cast"), std::string::npos) << groups[0]->why;
+  std::vector<std::vector<NodeId>> pointwise;
+  for (const KernelGroup* g : p.groups(KernelKind::Pointwise)) pointwise.push_back(g->nodes);
+  EXPECT_EQ(pointwise, (std::vector<std::vector<NodeId>>{{4, 5}})) << p.plan.to_string();
+}
+
+TEST(CastGroups, TwoCastsInOneUnitStayOut) {
+  // f32 -> bf16 -> f32 rounds: not one conversion from input to output.
+  GraphBuilder b;
+  ValueId x = b.add_input(out(tensor(DType::Float32, {64}), "x"));
+  ValueId y = b.add_input(out(tensor(DType::Float32, {64}), "y"));
+  ValueId down = cast(b, x, tensor(DType::BFloat16, {64}), "down");
+  ValueId up = cast(b, down, tensor(DType::Float32, {64}), "up");
+  ValueId other = cast(b, y, tensor(DType::BFloat16, {64}), "other");
+  b.set_outputs({v(up), v(other)});
+  Planned p = plan(b);
+  EXPECT_TRUE(p.groups(KernelKind::CastGroup).empty()) << p.plan.to_string();
+}
+
 TEST(CastGroups, EachDeviceGetsItsOwnKernel) {
   GraphBuilder b;
   const std::vector<const char*> devices = {"cuda:0", "cuda:1", "cuda:0", "cuda:1"};

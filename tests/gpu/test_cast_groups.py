@@ -66,6 +66,28 @@ def test_casts_of_odd_sizes_run_as_one_kernel(dtype: torch.dtype) -> None:
     assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
 
 
+def test_weight_casts_with_layout_copies_run_in_the_group() -> None:
+    """Note [Copies beside a cast]: 1x1 weights cast and copied into
+    channels-last run in the cast group, bit-exact with eager, strides
+    included; the 3x3 weight's copy runs as its own kernel."""
+    weights = [torch.randn(shape, device="cuda") for shape in ((64, 33, 1, 1), (7, 5, 1, 1))]
+    weights.append(torch.randn(16, 8, 3, 3, device="cuda"))
+
+    def fn(*ws: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(w.to(torch.bfloat16).clone(memory_format=torch.channels_last) for w in ws)
+
+    compiled = torch.compile(
+        fn, backend="mybackend", options={"strict": True, "generated_kernels": True}
+    )
+    (got, launched), records = compiled_records(lambda: _launches(lambda: compiled(*weights)))
+    _assert_bit_exact(got, fn(*weights))
+    (record,) = [r for r in records if r.core_report]
+    stats = record.compiled.stats()
+    assert stats["generated_cast_groups_run"] == 1, stats
+    assert stats["generated_kernel_fallbacks"] == 0, stats
+    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_strided_call_takes_the_per_cast_fallback(dtype: torch.dtype) -> None:
     """Compiled for contiguous inputs, called with a transposed one and an

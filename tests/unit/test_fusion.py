@@ -231,6 +231,24 @@ def test_independent_casts_share_one_kernel() -> None:
     assert "cast_group" not in [k["kind"] for k in kernels], kernels
 
 
+def _cast_to_channels_last(*weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Autocast's weight casts with the channels-last plan's layout copies."""
+    return tuple(w.to(torch.bfloat16).clone(memory_format=torch.channels_last) for w in weights)
+
+
+def test_weight_casts_with_order_keeping_layout_copies_share_one_kernel() -> None:
+    """Note [Copies beside a cast]: 1x1 weights list their elements in the
+    same order in both layouts and join the group with their copies; a 3x3
+    weight's copy moves elements and stays a kernel of its own."""
+    shapes = ((64, 32, 1, 1), (16, 8, 1, 1), (16, 8, 3, 3))
+    kernels = _kernels(_cast_to_channels_last, *((shape, F32) for shape in shapes))
+    groups = [k for k in kernels if k["kind"] == "cast_group"]
+    assert len(groups) == 1, kernels
+    assert len(groups[0]["nodes"]) == 4  # two casts, two copies
+    assert "Copies beside a cast" in groups[0]["why"]
+    assert [k["kind"] for k in kernels if k not in groups] == ["pointwise"], kernels
+
+
 def test_autocast_forward_casts_its_parameters_in_one_kernel() -> None:
     """The fp32 parameters of an autocast forward, each cast to bf16 once,
     become one cast-group kernel instead of one launch per parameter."""
