@@ -161,11 +161,14 @@ def placeholder_values(gm: torch.fx.GraphModule) -> list[Any]:
 
 
 def plan_channels_last(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, recompile: bool = True
 ) -> tuple[torch.fx.GraphModule, int]:
     """A copy of ``gm`` with convolutions in channels-last, and the number of
     conversions it inserted; ``gm`` itself (and 0) when there is nothing to
-    plan or planning fails (Note [Channels-last planning])."""
+    plan or planning fails (Note [Channels-last planning]). With
+    ``recompile=False`` the copy's generated code is left stale for a caller
+    that recompiles before anything runs it (Note [One recompile per joint
+    graph] in aot.py)."""
     convs = _planned_convolutions(gm.graph)
     if not convs or detect_fake_mode(example_inputs) is None:
         return gm, 0
@@ -205,7 +208,8 @@ def plan_channels_last(
         if copies == 0:
             return gm, 0
         copies += restore_output_strides(planned, original)
-        planned.recompile()
+        if recompile:
+            planned.recompile()
     except Exception:  # a layout plan is an optimisation: never a compile failure
         return gm, 0
     return planned, copies

@@ -300,10 +300,14 @@ def pad_matmuls(
     example_inputs: Sequence[Any],
     kind: str,
     device_types: Sequence[str] = ("cuda",),
+    *,
+    recompile: bool = True,
 ) -> tuple[torch.fx.GraphModule, int]:
     """A copy of ``gm`` whose misaligned matrix products are padded, and the
     number padded; ``gm`` itself (and 0) when none is or propagation fails
-    (Note [Aligned matrix products])."""
+    (Note [Aligned matrix products]). With ``recompile=False`` the copy's
+    generated code is left stale for a caller that recompiles before
+    anything runs it (Note [One recompile per joint graph] in aot.py)."""
     if detect_fake_mode(example_inputs) is None:
         return gm, 0
     output = next(n for n in gm.graph.nodes if n.op == "output")
@@ -331,7 +335,8 @@ def pad_matmuls(
             return gm, 0
         if kind != "inference":
             restore_output_strides(padded, original)
-        padded.recompile()
+        if recompile:
+            padded.recompile()
     except Exception:  # padding is an optimisation: never a compile failure
         return gm, 0
     return padded, count

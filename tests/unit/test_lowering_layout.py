@@ -207,3 +207,42 @@ def test_backend_matches_eager(grad: bool) -> None:
         for got, want in zip(compiled(x), module(x), strict=True):
             torch.testing.assert_close(got, want)
             assert got.stride() == want.stride()
+
+
+@pytest.mark.parametrize("recompile", [True, False])
+def test_recompile_false_leaves_the_final_code_generation_to_the_caller(
+    recompile: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Note [One recompile per joint graph]: the copy's constructor generates
+    code once; the pass's own recompile at its end is skipped on request."""
+    captured: list[tuple[torch.fx.GraphModule, list[Any]]] = []
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        captured.append((gm, example_inputs))
+        return gm.forward
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=compiler, decompositions=decomposition_table()
+        )
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(ConvBlock(), backend=backend)(torch.randn(2, 3, 8, 8))
+    gm, example_inputs = captured[0]
+    calls = []
+    original = torch.fx.GraphModule.recompile
+
+    def counting(self: torch.fx.GraphModule) -> Any:
+        calls.append(self)
+        return original(self)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "recompile", counting)
+    planned, copies = plan_channels_last(gm, example_inputs, recompile=recompile)
+    assert copies > 0 and planned is not gm
+    assert len([c for c in calls if c is planned]) == (2 if recompile else 1)
+    monkeypatch.undo()
+    planned.recompile()  # what the caller does before running it
+    gen = torch.Generator().manual_seed(0)
+    real = [torch.rand(e.shape, generator=gen) + 0.5 for e in example_inputs]
+    torch.testing.assert_close(planned(*real), gm(*real))
