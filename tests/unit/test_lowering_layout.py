@@ -33,6 +33,22 @@ class ConvBlock(torch.nn.Module):
         return z, z.flatten(1)  # NCHW flatten: needs the contiguous layout back
 
 
+Compiler = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+def _run_inference(module: torch.nn.Module, x: torch.Tensor, compiler: Compiler) -> Any:
+    """module(x) under no_grad, its ATen inference graph compiled by `compiler`."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=compiler, decompositions=decomposition_table()
+        )
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        return torch.compile(module, backend=backend)(x)
+
+
 def _planned(
     module: torch.nn.Module, x: torch.Tensor
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, int, Any]:
@@ -43,14 +59,7 @@ def _planned(
         graphs.append((gm, planned, copies))
         return planned.forward
 
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler=compiler, decompositions=decomposition_table()
-        )
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        out = torch.compile(module, backend=backend)(x)
+    out = _run_inference(module, x, compiler)
     gm, planned, copies = graphs[0]
     return gm, planned, copies, out
 
@@ -221,14 +230,7 @@ def test_recompile_false_leaves_the_final_code_generation_to_the_caller(
         captured.append((gm, example_inputs))
         return gm.forward
 
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler=compiler, decompositions=decomposition_table()
-        )
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(ConvBlock(), backend=backend)(torch.randn(2, 3, 8, 8))
+    _run_inference(ConvBlock(), torch.randn(2, 3, 8, 8), compiler)
     gm, example_inputs = captured[0]
     calls = []
     original = torch.fx.GraphModule.recompile
