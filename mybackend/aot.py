@@ -180,10 +180,18 @@ def _compile_now(
             static_inputs = [*static_inputs, *hoist.hoisted_inputs]
             stage_times.append(("hoisting", time.perf_counter() - start))
             start = time.perf_counter()
-        if options.generated_kernels and (split := split_widening_casts(planned)):
-            log.debug("%s: %d widening casts copied per reader", name, split)
-        if folded := fold_scatter_adds(planned):
-            log.debug("%s: %d sums of a scatter into zeros folded", name, folded)
+        # Both rewrite in place; one code generation serves the two (the
+        # eager fallback may run `planned` when it is `gm` itself).
+        split = split_widening_casts(planned, recompile=False) if options.generated_kernels else 0
+        folded = fold_scatter_adds(planned, recompile=False)
+        if split or folded:
+            planned.recompile()
+            log.debug(
+                "%s: %d widening casts copied per reader, %d scatter sums folded",
+                name,
+                split,
+                folded,
+            )
         lowered = lower(planned, example_inputs)
         stage_times.append(("lowering", time.perf_counter() - start))
         ir_text = lowered.graph.to_text(True)

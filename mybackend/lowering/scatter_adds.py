@@ -42,8 +42,9 @@ _FRESH_RESULTS = (
 )
 
 
-def fold_scatter_adds(gm: torch.fx.GraphModule) -> int:
-    """Rewrites ``gm`` in place; returns how many sums were folded."""
+def fold_scatter_adds(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
+    """Rewrites ``gm`` in place; returns how many sums were folded. With
+    ``recompile=False`` the caller regenerates ``gm``'s code."""
     graph = gm.graph
     folded = 0
     for add in list(graph.nodes):
@@ -63,7 +64,7 @@ def fold_scatter_adds(gm: torch.fx.GraphModule) -> int:
                     graph.erase_node(dead)
                 folded += 1
                 break
-    if folded:
+    if folded and recompile:
         gm.recompile()
     return folded
 

@@ -39,8 +39,9 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 
-def split_widening_casts(gm: torch.fx.GraphModule) -> int:
-    """Rewrites ``gm`` in place; returns how many cast copies were added."""
+def split_widening_casts(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
+    """Rewrites ``gm`` in place; returns how many cast copies were added.
+    With ``recompile=False`` the caller regenerates ``gm``'s code."""
     graph = gm.graph
     added = 0
     for node in list(graph.nodes):
@@ -56,7 +57,7 @@ def split_widening_casts(gm: torch.fx.GraphModule) -> int:
             copy.meta = dict(node.meta)
             reader.replace_input_with(node, copy)
             added += 1
-    if added:
+    if added and recompile:
         gm.recompile()
     return added
 
