@@ -134,22 +134,31 @@ void MatmulPlanner::match_epilogue(MatmulSpec& spec, Context& ctx) const {
       current = user.outputs[0];
       continue;
     }
-    if (user.op == "aten::add.Tensor" && spec.epilogue == MatmulEpilogue::None) {
-      const ValueId a = tensor_arg(graph_, user, 0), b = tensor_arg(graph_, user, 1);
-      const ValueId bias = a == current ? b : a;
-      const auto alpha = user.args.size() > 2 ? scalar(user.args[2]) : std::optional<double>(1.0);
-      const bool row_vector = bias >= 0 && bias != current && (a == current || b == current) &&
-                              graph_.value(bias).tensor.rank() == 1 &&
-                              same_dim(graph_.value(bias).tensor.sizes[0], n_dim) &&
-                              graph_.value(bias).tensor.dtype == spec.dtype &&
-                              graph_.value(bias).tensor.device == product.device;
-      if (!row_vector || alpha != 1.0 || out.dtype != spec.dtype ||
-          !same_shape(out, graph_.value(current).tensor))
-        return;
-      spec.bias = bias;
-      spec.epilogue = MatmulEpilogue::Bias;
-      take(user);
+    if (user.op == "aten::clone.default" && out.is_contiguous() &&
+        same_shape(out, graph_.value(current).tensor)) {
+      // Note [Residual sums in the product]: a copy of the fresh product is
+      // the product.
+      views.push_back(user.id);
+      current = user.outputs[0];
       continue;
+    }
+    if (user.op == "aten::add.Tensor") {
+      const ValueId a = tensor_arg(graph_, user, 0), b = tensor_arg(graph_, user, 1);
+      const ValueId other = a == current ? b : a;
+      const auto alpha = user.args.size() > 2 ? scalar(user.args[2]) : std::optional<double>(1.0);
+      if (other < 0 || other == current || (a != current && b != current) || alpha != 1.0 ||
+          out.dtype != spec.dtype || !same_shape(out, graph_.value(current).tensor))
+        return;
+      const TensorType& o = graph_.value(other).tensor;
+      if (o.dtype != spec.dtype || o.device != product.device) return;
+      if (spec.epilogue == MatmulEpilogue::None && o.rank() == 1 && same_dim(o.sizes[0], n_dim)) {
+        spec.bias = other;
+        spec.epilogue = MatmulEpilogue::Bias;
+        take(user);
+        continue;
+      }
+      if (match_residual(spec, other, out)) take(user);
+      return;
     }
     const bool has_bias = spec.epilogue == MatmulEpilogue::Bias;
     if (user.op == "aten::relu.default" && out.dtype == spec.dtype) {
@@ -169,6 +178,28 @@ void MatmulPlanner::match_epilogue(MatmulSpec& spec, Context& ctx) const {
     }
     return;
   }
+}
+
+// Note [Residual sums in the product]
+// A transformer block adds each sublayer's projection to the residual
+// stream: addmm (bias fused), shape views, often a clone (dropout in eval),
+// then add(residual, projection). cuBLASLt's D = AB + C + bias computes the
+// sum in the product's epilogue from the f32 accumulator, with the residual
+// as C: no add kernel, no round trip of the projection through memory (24
+// launches per ViT-B/16 forward). The residual must have the sum's shape
+// (the runtime reads it in D's row-major order, which the views keep),
+// the product's dtype, and come after the bias only: an activation epilogue
+// would apply to the sum. 2-D products only, so D is [M, N].
+bool MatmulPlanner::match_residual(MatmulSpec& spec, ValueId residual,
+                                   const TensorType& sum) const {
+  if (spec.batched || spec.c >= 0 || spec.out_dtype != spec.dtype ||
+      (spec.epilogue != MatmulEpilogue::None && spec.epilogue != MatmulEpilogue::Bias))
+    return false;
+  if (!same_shape(graph_.value(residual).tensor, sum)) return false;
+  spec.c = residual;
+  spec.beta = 1.0;
+  spec.c_is_residual = true;
+  return true;
 }
 
 // sum.dim_IntList(G, [0]) beside mm(Gᵀ, X) or mm(X, G): one pass over G
@@ -199,20 +230,35 @@ void MatmulPlanner::match_bias_grad(MatmulSpec& spec, Context& ctx) const {
       if (!ctx.usable(s) || sum.op != "aten::sum.dim_IntList" || tensor_arg(graph_, sum, 0) != c.g)
         continue;
       const auto dims = int_list_arg(sum, 1);
-      const bool dtype_none = sum.args.size() < 4 || sum.args[3].kind == Argument::Kind::None;
-      if (!dims || dims->size() != 1 || normalize_dim((*dims)[0], 2) != 0 || !dtype_none ||
-          graph_.value(sum.outputs[0]).tensor.dtype != spec.dtype)
-        continue;
+      if (!dims || dims->size() != 1 || normalize_dim((*dims)[0], 2) != 0) continue;
+      // Note [Bias gradients summed in f32]
+      // Under autocast the sum accumulates in f32 (dtype=torch.float32) and
+      // is cast back to the product's dtype, through shape views: cuBLASLt's
+      // epilogue accumulates in f32 and rounds once too, so the sum, the views
+      // and the cast are one BGRAD output of the product's dtype.
+      std::vector<NodeId> joined = {s};
+      const DType summed = graph_.value(sum.outputs[0]).tensor.dtype;
+      if (summed == DType::Float32 && spec.dtype != DType::Float32) {
+        const std::vector<NodeId> chain =
+            views_then_cast(index_, sum.outputs[0], [&](NodeId n) { return ctx.usable(n); });
+        if (chain.empty() ||
+            graph_.value(graph_.node(chain.back()).outputs[0]).tensor.dtype != spec.dtype)
+          continue;
+        joined.insert(joined.end(), chain.begin(), chain.end());
+      } else {
+        const bool dtype_none = sum.args.size() < 4 || sum.args[3].kind == Argument::Kind::None;
+        if (!dtype_none || summed != spec.dtype) continue;
+      }
       std::set<NodeId> trial = ctx.members;
-      trial.insert(s);
+      trial.insert(joined.begin(), joined.end());
       if (!index_.convex(trial)) {
         ctx.notes.push_back(sum.name +
                             " not fused as bias gradient: the group would not be convex");
         continue;
       }
-      ctx.members.insert(s);
+      ctx.members.insert(joined.begin(), joined.end());
       spec.epilogue = c.epilogue;
-      spec.bias_grad = sum.outputs[0];
+      spec.bias_grad = graph_.node(joined.back()).outputs[0];
       return;
     }
   }

@@ -22,8 +22,13 @@
 // * Bias gradient: for a plain mm whose mat1 is Gᵀ (or whose mat2 is G), a
 //   sum.dim_IntList(G, [0]) in the partition joins the group as cuBLASLt's
 //   BGRADB (BGRADA), as a Linear's backward has it: weight gradient and bias
-//   gradient from one pass over G.
+//   gradient from one pass over G. Under autocast the sum is f32 and cast
+//   back to the product's dtype: sum, views and cast join as one BGRAD
+//   output (Note [Bias gradients summed in f32], matmul_planner.cpp).
 // * addmm / baddbmm's self that is not a fused bias is cuBLASLt's C (beta).
+// * Note [Residual sums in the product] (matmul_planner.cpp): an add of a
+//   tensor of the sum's shape after the bias is cuBLASLt's C (beta = 1);
+//   a contiguous clone of the product on the way is seen through.
 // * Note [Products written in f32]: a 16-bit product with no epilogue
 //   whose one reader (through shape views) is an upcast to f32 joins the
 //   upcast: cuBLASLt writes D in f32 from its f32 accumulator. Mixed
@@ -63,6 +68,7 @@ class MatmulPlanner {
   void match_epilogue(MatmulSpec& spec, Context& ctx) const;
   void match_bias_grad(MatmulSpec& spec, Context& ctx) const;
   void match_output_cast(MatmulSpec& spec, Context& ctx) const;
+  bool match_residual(MatmulSpec& spec, ValueId residual, const TensorType& sum) const;
 
   const GraphIndex& index_;
   const Graph& graph_;

@@ -61,7 +61,9 @@ std::string MatmulSpec::to_string() const {
   std::string out = "matmul " + op + (batched ? " batched" : "") + " " + operand("mat1", mat1) +
                     " " + operand("mat2", mat2) + " dtype=" + std::string(dtype_short_name(dtype));
   if (alpha != 1.0) out += " alpha=" + spec_number(alpha);
-  if (c >= 0) out += " c=%" + std::to_string(c) + " beta=" + spec_number(beta);
+  if (c >= 0)
+    out += std::string(c_is_residual ? " residual" : " c") + "=%" + std::to_string(c) +
+           " beta=" + spec_number(beta);
   out += "\nepilogue=" + std::string(matmul_epilogue_name(epilogue)) + " (cublaslt " +
          std::string(cublaslt_epilogue_name(epilogue)) + ")";
   if (bias >= 0) out += " bias=%" + std::to_string(bias);

@@ -58,6 +58,9 @@ struct MatmulSpec {
   // (C broadcast to the product's shape).
   ValueId c = -1;
   double beta = 0.0;
+  // C is a residual of the group output's shape, read in D's row-major
+  // order, not a broadcast operand (Note [Residual sums in the product]).
+  bool c_is_residual = false;
   MatmulEpilogue epilogue = MatmulEpilogue::None;
   ValueId bias = -1;  // 1-D, length N, dtype `dtype` (epilogues with a bias)
   // The value the group's result is stored to: the last epilogue node's

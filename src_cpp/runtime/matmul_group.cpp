@@ -46,7 +46,9 @@ class MatmulGroup final : public LibraryGroup {
     if (spec.c >= 0) {
       const at::Tensor* c = tensor(slots, spec.c);
       if (c == nullptr) return fail("addmm's self is not a tensor");
-      args.c = *c;
+      // Note [Residual sums in the product]: the residual has the output's
+      // shape, D's elements in the same order; a view when it is contiguous.
+      args.c = spec.c_is_residual ? c->reshape({args.mat1.size(0), args.mat2.size(1)}) : *c;
       args.beta = spec.beta;
     }
     if (spec.bias >= 0) {

@@ -232,6 +232,71 @@ def test_linear_backward_fuses_the_bias_gradient(shape: tuple[int, ...], precisi
     assert stats["matmul_groups_run"] == len(specs) >= 2 and stats["matmul_fallbacks"] == 0, stats
 
 
+@pytest.mark.parametrize("residual_layout", ["contiguous", "transposed"])
+def test_a_residual_sum_runs_as_c_of_the_product(residual_layout: str, precision: Any) -> None:
+    """Note [Residual sums in the product]: addmm + bias, views, a clone and
+    the residual add are one cuBLASLt call (D = AB + C + bias) for any
+    residual layout (a non-contiguous one is copied first), and the sum is
+    what eager computes."""
+    dtype, tol = precision
+    x = _randn(BATCH, M, K, dtype=dtype)
+    w = _randn(N, K, dtype=dtype, scale=K**-0.5)
+    b = _randn(N, dtype=dtype, scale=0.5)
+    r = _randn(BATCH, M, N, dtype=dtype)
+    if residual_layout == "transposed":
+        r = _randn(BATCH, N, M, dtype=dtype).transpose(1, 2)
+
+    def block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> Any:
+        projected = torch.addmm(b, x.view(-1, K), w.t()).view(BATCH, M, N).clone()
+        return r + projected
+
+    compiled = _run(block, [x, w, b, r], tol, epilogue="BIAS")
+    (mm,) = [k for k in compiled.report()["kernels"] if k["kind"] == "matmul"]
+    assert "residual=" in mm["spec"] and "aten::add.Tensor" in [
+        compiled.report()["nodes"][n]["op"] for n in mm["nodes"]
+    ]
+
+
+class _Conv1D(nn.Module):
+    """GPT-2's linear layer (transformers' Conv1D): addmm with the f32 bias."""
+
+    def __init__(self, features_in: int, features_out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features_in, features_out, device="cuda") * 0.1)
+        self.bias = nn.Parameter(torch.randn(features_out, device="cuda"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = (*x.size()[:-1], self.weight.size(-1))
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(shape)
+
+
+def test_autocast_bias_gradient_summed_in_f32_is_the_bgrad_output() -> None:
+    """Note [Bias gradients summed in f32]: under CUDA autocast the bias
+    gradient is an f32 sum cast to bf16; it joins the weight gradient's
+    product as BGRAD and matches eager."""
+    eager = _Conv1D(K, N)
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    x = _randn(BATCH, M, K, dtype=torch.float32)
+    grad = _randn(BATCH, M, N, dtype=torch.float32)
+
+    def step(m: nn.Module) -> list[torch.Tensor]:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return _train_step(m, x, grad)
+
+    want = step(eager)
+    got, records = compiled_records(lambda: step(compiled))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    (backward,) = [r for r in records if r.kind == "backward"]
+    report = backward.core_report
+    grads = [k for k in report["kernels"] if k["kind"] == "matmul" and "BGRAD" in k["spec"]]
+    assert len(grads) == 1, [k["spec"] for k in report["kernels"]]
+    ops = [report["nodes"][n]["op"] for n in grads[0]["nodes"]]
+    assert "aten::sum.dim_IntList" in ops and "aten::_to_copy.default" in ops, ops
+    assert not any(k["kind"] == "reduction" for k in report["kernels"]), report["kernels"]
+
+
 def test_mlp_block_compiled_end_to_end_runs_cublaslt() -> None:
     model = (
         nn.Sequential(nn.Linear(K, N), nn.GELU(approximate="tanh"), nn.Linear(N, K), nn.ReLU())

@@ -218,6 +218,76 @@ def test_mm_then_add_of_a_row_vector_is_a_bias_epilogue() -> None:
     assert "cublaslt RELU_BIAS" in mm["spec"]
 
 
+def _projection_plus_residual(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor
+) -> torch.Tensor:
+    # A transformer block's output projection: addmm, views, the clone eval
+    # dropout leaves, then the residual sum (read twice, as the next block does).
+    projected = torch.addmm(b, x.view(-1, 8), w.t()).view(2, 3, 16).clone()
+    s = r + projected
+    return s, s.sum()
+
+
+def test_a_residual_sum_is_the_products_c() -> None:
+    """Note [Residual sums in the product]: addmm with its bias, the views,
+    the clone and the residual add are one cuBLASLt call with C = residual."""
+    x, w, b, r = (torch.randn(*s, dtype=BF16) for s in ((2, 3, 8), (16, 8), (16,), (2, 3, 16)))
+    (mm,) = _matmuls(_on_fake_cuda(_projection_plus_residual, x, w, b, r, decompose=True))
+    assert mm["ops"] == [
+        "aten::permute.default",
+        "aten::addmm.default",
+        "aten::view.default",
+        "aten::clone.default",
+        "aten::add.Tensor",
+    ]
+    assert "residual=%3 beta=1" in mm["spec"] and "cublaslt BIAS" in mm["spec"]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, w, r: torch.relu(x @ w) + r,  # the activation would apply to the sum
+        lambda x, w, r: (x @ w) + r.float(),  # the sum is f32, the product bf16
+        lambda x, w, r: (x @ w) + r[:1],  # a broadcast residual is not D's shape
+        lambda x, w, r: (x @ w) - r,  # not a sum
+    ],
+    ids=["activation", "dtype", "broadcast", "sub"],
+)
+def test_a_residual_stays_apart_when_c_cannot_hold_it(fn: Callable[..., Any]) -> None:
+    x, w = torch.randn(4, 8, dtype=BF16), torch.randn(8, 16, dtype=BF16)
+    r = torch.randn(4, 16, dtype=BF16)
+    (mm,) = _matmuls(_on_fake_cuda(fn, x, w, r, decompose=True))
+    assert "residual" not in mm["spec"] and "c=" not in mm["spec"], mm["spec"]
+    assert "aten::add.Tensor" not in mm["ops"] and "aten::sub.Tensor" not in mm["ops"]
+
+
+def test_a_bias_gradient_summed_in_f32_and_cast_back_is_the_bgrad_output() -> None:
+    """Note [Bias gradients summed in f32]: CUDA autocast's bias gradient is
+    sum(G, [0], keepdim, dtype=f32), a view and a cast to bf16: the three join
+    the weight gradient's product as its BGRAD output."""
+
+    def backward(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weight_grad = g.t() @ x
+        bias_grad = torch.sum(g, [0], keepdim=True, dtype=torch.float32).view(16).to(BF16)
+        return weight_grad, bias_grad.float()
+
+    g, x = torch.randn(6, 16, dtype=BF16), torch.randn(6, 8, dtype=BF16)
+    (mm,) = _matmuls(_on_fake_cuda(backward, g, x, decompose=True))
+    assert mm["ops"] == [
+        "aten::permute.default",
+        "aten::mm.default",
+        "aten::sum.dim_IntList",
+        "aten::view.default",
+        "aten::_to_copy.default",
+    ]
+    assert "cublaslt BGRADB" in mm["spec"]
+    # Without the cast back the f32 sum stays a reduction.
+    (plain,) = _matmuls(
+        _on_fake_cuda(lambda g, x: (g.t() @ x, g.sum(0, dtype=torch.float32)), g, x)
+    )
+    assert "BGRAD" not in plain["spec"]
+
+
 def test_an_upcast_product_is_written_in_f32() -> None:
     """Note [Products written in f32]: the upcast joins the product (through
     views), so cuBLASLt writes D in f32 and no cast kernel runs."""
