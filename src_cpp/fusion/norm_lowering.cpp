@@ -226,7 +226,8 @@ std::string normalized_dims(const Node& node, std::int64_t rank, int* count) {
   return {};
 }
 
-std::string match_layer_norm(const Graph& graph, const Node& node, NormMatch* out) {
+std::string match_layer_norm(const GraphIndex& index, const Node& node, NormMatch* out) {
+  const Graph& graph = index.graph;
   const bool forward = node.op == "aten::native_layer_norm.default";
   NormGroup g;
   if (forward) {
@@ -261,12 +262,19 @@ std::string match_layer_norm(const Graph& graph, const Node& node, NormMatch* ou
       if (stat.kind != ValueKind::Tensor || stat.tensor.dtype != stats_dtype(x->dtype))
         return "the statistics are not in the accumulation dtype";
     }
-    g.spec.save_stats = true;
+    // Inference reads neither statistic: the kernel then stores y alone.
+    const std::set<NodeId> self = {node.id};
+    g.spec.save_stats =
+        index.used_outside(node.outputs[1], self) || index.used_outside(node.outputs[2], self);
     g.rows_of = node.args[0].value;
     g.inputs = {{"x", node.args[0].value}};
     if (w) g.inputs.push_back({"weight", node.args[2].value});
     if (b) g.inputs.push_back({"bias", node.args[3].value});
-    g.outputs = {{"y", node.outputs[0]}, {"mean", node.outputs[1]}, {"rstd", node.outputs[2]}};
+    g.outputs = {{"y", node.outputs[0]}};
+    if (g.spec.save_stats) {
+      g.outputs.push_back({"mean", node.outputs[1]});
+      g.outputs.push_back({"rstd", node.outputs[2]});
+    }
     return finish(g, {node.id}, out);
   }
   // (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
@@ -540,7 +548,7 @@ std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partitio
   } else if (node.op.find("softmax") != std::string::npos && is_norm_anchor(node.op)) {
     problem = match_softmax(index.graph, node, out);
   } else if (node.op.find("native_layer_norm") != std::string::npos) {
-    problem = match_layer_norm(index.graph, node, out);
+    problem = match_layer_norm(index, node, out);
     if (problem.empty()) absorb_output_cast(index, partition, out);
   } else {
     problem = match_rms_norm(index, node, out);

@@ -274,6 +274,35 @@ TEST(CodegenNorm, EveryKindAndDtypeCompiles) {
 // Note [Batch-norm reductions]: two entry points (row-chunk partials, then
 // per-channel totals); vector reads of x only in the aligned variant. The
 // block sizes are the device code's kChannelBlock and kTotalsBlock.
+// Note [Rows in registers]: the aligned forward norms keep a row's vectors
+// in registers (no local memory) and read by 16-byte vectors.
+TEST(CodegenNorm, ForwardRowsStayInRegisters) {
+  std::vector<Case> cases;
+  for (NormKind kind :
+       {NormKind::LayerNormForward, NormKind::RmsNormForward, NormKind::SoftmaxForward}) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      NormSpec spec;
+      spec.kind = kind;
+      spec.dtype = spec.out_dtype = spec.weight_dtype = dtype;
+      spec.aligned = true;
+      spec.has_weight = kind != NormKind::SoftmaxForward;
+      spec.has_bias = kind == NormKind::LayerNormForward;
+      spec.threads = 256;
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype), emit_norm(spec)});
+    }
+  }
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const std::string& ptx = outcomes[i].kernel->image;
+    EXPECT_FALSE(std::regex_search(ptx, std::regex(R"(\.local|ld\.local|st\.local)")))
+        << cases[i].label << "\n"
+        << ptx;
+    EXPECT_TRUE(has_16_byte_load(ptx)) << cases[i].label;
+  }
+}
+
 TEST(CodegenNorm, BatchNormReductionsCompileForEveryDtypeAndLayout) {
   std::vector<Case> cases;
   for (NormKind kind : {NormKind::BatchNormStats, NormKind::BatchNormBackward}) {

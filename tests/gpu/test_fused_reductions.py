@@ -234,6 +234,23 @@ def test_layer_norm_forward(cols: int, dtype: torch.dtype, affine: bool) -> None
         )
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(197, 768), (40000, 768), (5, 33)], ids=str)
+def test_layer_norm_forward_without_statistics(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Inference reads y alone: the kernel stores no statistics (40000 rows:
+    several rows per thread)."""
+    x = _randn(*shape, dtype=dtype)
+    w, b = _randn(shape[-1], dtype=dtype), _randn(shape[-1], dtype=dtype)
+    _check(
+        lambda t, w, b: torch.ops.aten.native_layer_norm(t, [shape[-1]], w, b, 1e-5)[0],
+        x,
+        w,
+        b,
+        kind="norm",
+        tol=TOL[dtype],
+    )
+
+
 @pytest.mark.parametrize("target", [BF16, F16])
 @pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
 def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:

@@ -115,6 +115,16 @@ def test_layer_norm_forward_and_backward_are_norm_groups() -> None:
     norms = [k for k in backward["kernels"] if k["kind"] == "norm"]
     assert len(norms) == 1 and "layer_norm_backward" in norms[0]["why"], backward["kernels"]
     assert "native_layer_norm_backward" in _ops(backward, norms[0])[0]
+    # Training saves mean and rstd for the backward; inference reads neither.
+    assert "save_stats=1" in forward["kernels"][0]["spec"]
+    inference = _traced(
+        lambda x, w, b: torch.native_layer_norm(x, (16,), w, b, 1e-5)[0],
+        ((2, 3, 16), F32),
+        ((16,), F32),
+        ((16,), F32),
+    )
+    (norm,) = inference["kernels"]
+    assert "save_stats=0" in norm["spec"], norm["spec"]
 
 
 def _layer_norm_then(cast: Callable[[torch.Tensor], Any]) -> Callable[..., Any]:
