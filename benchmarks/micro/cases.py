@@ -211,6 +211,7 @@ def _bottleneck_case(stage: str, batch: int, channels: int, width: int, hw: int)
 
 POINTWISE_N = 128 * 2**20  # 256 MiB of bf16
 ROWS, COLS = 32768, 4096  # 256 MiB of bf16 for the row-wise kernels
+TOKENS, HIDDEN = 197, 768  # ViT-B/16 at batch 1: a launch-and-latency-bound norm
 M, K, N = 8192, 768, 3072
 VOCAB = 50257  # GPT-2's output layer (Note [Aligned matrix products])
 BGRAD_ROWS, BGRAD_COLS = 12608, 768  # ViT-B/16 training: 64 x 197 tokens
@@ -238,6 +239,14 @@ CASES: dict[str, MicroCase] = {
             (2 * ROWS * COLS + 2 * COLS) * BF16,
             8 * ROWS * COLS,
             f"layer norm over the last dim of {ROWS}x{COLS} bf16",
+        ),
+        MicroCase(
+            "layer_norm_tokens",
+            layer_norm,
+            _with_affine(TOKENS, HIDDEN),
+            (2 * TOKENS * HIDDEN + 2 * HIDDEN) * BF16,
+            8 * TOKENS * HIDDEN,
+            f"layer norm over {TOKENS}x{HIDDEN} bf16 (ViT-B/16's tokens at batch 1)",
         ),
         MicroCase(
             "rms_norm",
