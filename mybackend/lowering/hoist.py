@@ -38,6 +38,7 @@ import torch.fx
 from torch.fx.node import map_arg
 
 from mybackend import _C
+from mybackend.lowering.graph_modules import new_graph_module
 
 
 def _node_args(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -133,8 +134,8 @@ def hoist_parameter_work(
     main.eliminate_dead_code()
     values = [n.meta["val"] for n in frontier]
     return HoistPlan(
-        main=torch.fx.GraphModule(gm, main),
-        prepare=torch.fx.GraphModule(gm, prepare),
+        main=new_graph_module(gm, main),
+        prepare=new_graph_module(gm, prepare),
         prepare_inputs=prepare_inputs,
         example_inputs=[*example_inputs, *values],
         hoisted_inputs=list(range(len(placeholders), len(placeholders) + len(values))),

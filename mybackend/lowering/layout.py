@@ -56,6 +56,7 @@ from mybackend.lowering.fake_prop import (
     insert_clone,
     restore_output_strides,
 )
+from mybackend.lowering.graph_modules import new_graph_module
 
 aten = torch.ops.aten
 _CHANNELS_LAST = torch.channels_last
@@ -178,7 +179,7 @@ def plan_channels_last(
 
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))  # meta copied shallowly: FakeTensors shared
-    planned = torch.fx.GraphModule(gm, graph)
+    planned = new_graph_module(gm, graph)
     propagation = Repropagation(planned)
     # Round 1 converts graph inputs (activations and weights); everything
     # computed from them takes its layout from propagation. Later rounds

@@ -63,6 +63,7 @@ from mybackend.lowering.fake_prop import (
     insert_clone,
     restore_output_strides,
 )
+from mybackend.lowering.graph_modules import new_graph_module
 
 aten = torch.ops.aten
 _ALIGN_BYTES = 16
@@ -315,7 +316,7 @@ def pad_matmuls(
     original = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
-    padded = torch.fx.GraphModule(gm, graph)
+    padded = new_graph_module(gm, graph)
     propagation = Repropagation(padded)
     try:
         count = _pad_products(graph, device_types)
