@@ -110,8 +110,8 @@ class Options:
     cublaslt: bool = _field(
         True,
         "Run matrix products (mm, addmm, bmm, baddbmm) of CUDA partitions as cuBLASLt calls "
-        "with fused epilogues (bias, ReLU, tanh-GELU, bias gradient; CUDA engine II). Off: "
-        "they run as ATen calls.",
+        "with fused epilogues (bias, ReLU, tanh-GELU, bias gradient, a residual sum as C; "
+        "CUDA engine II). Off: they run as ATen calls.",
         True,
     )
     cudnn_attention: bool = _field(
