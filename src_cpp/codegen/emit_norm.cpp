@@ -101,6 +101,16 @@ Names names_of(const NormSpec& spec) {
   return n;
 }
 
+// Forward layer and RMS norms whose register path holds several vectors a
+// thread also get an entry holding one (Note [Wide rows for few rows] in
+// launch_tuning.h).
+bool has_wide_rows_entry(const NormSpec& spec) {
+  if (spec.kind != NormKind::LayerNormForward && spec.kind != NormKind::RmsNormForward)
+    return false;
+  const Names n = names_of(spec);
+  return n.vec > 1 && n.chunks > 1;
+}
+
 // What the kernel stores: decides MB_APPROX_MATH.
 std::vector<DType> stored_dtypes(const NormSpec& spec) {
   switch (spec.kind) {
@@ -134,7 +144,8 @@ std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
                  ">");
 }
 
-std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
+// `chunks`: vectors of a row each thread holds (Note [Wide rows for few rows]).
+std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e, int chunks) {
   const bool rms = spec.kind == NormKind::RmsNormForward;
   e.pointer(n.t, "x", true);
   e.optional_pointer(spec.has_weight, n.w, "weight", true);
@@ -144,7 +155,7 @@ std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e) {
   e.optional_pointer(spec.save_stats, n.stats, "rstd", false);
   e.sizes(true);
   return e.write("mb::norm_forward<" + n.t + ", " + n.to + ", " + n.w + ", I, " +
-                 std::to_string(n.vec) + ", " + std::to_string(n.chunks) + ", " + b(rms) + ", " +
+                 std::to_string(n.vec) + ", " + std::to_string(chunks) + ", " + b(rms) + ", " +
                  b(spec.has_weight) + ", " + b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
 }
 
@@ -278,7 +289,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward ||
       spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward;
   if (forward) main.abi.row_elements_per_thread = n.vec * n.chunks;
-  Entry partials, totals;
+  Entry partials, totals, wide;
   partials.abi.name = base + "_param_partials";
   totals.abi.name = base + "_param_totals";
   for (Entry* stage : {&partials, &totals}) {
@@ -293,7 +304,16 @@ EmittedKernel emit_norm(const NormSpec& spec) {
     case NormKind::SoftmaxBackward:
     case NormKind::LogSoftmaxBackward: entries = softmax_entries(spec, n, main); break;
     case NormKind::LayerNormForward:
-    case NormKind::RmsNormForward: entries = forward_entries(spec, n, main); break;
+    case NormKind::RmsNormForward:
+      entries = forward_entries(spec, n, main, n.chunks);
+      if (has_wide_rows_entry(spec)) {
+        wide.abi.name = base + "_wide";
+        wide.abi.block_x = spec.threads;
+        wide.abi.elements_per_thread = n.vec;
+        wide.abi.row_elements_per_thread = n.vec;
+        entries += "\n" + forward_entries(spec, n, wide, 1);
+      }
+      break;
     case NormKind::LayerNormBackward:
     case NormKind::RmsNormBackward:
       entries = backward_entries(spec, n, main, partials, totals);
@@ -318,6 +338,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
+  if (!wide.abi.name.empty()) kernel.entries.push_back(wide.abi);
   if (is_batch_norm(spec.kind)) kernel.entries.push_back(totals.abi);
   if (!partials.abi.params.empty()) {
     kernel.entries.push_back(partials.abi);

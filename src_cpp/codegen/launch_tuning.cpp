@@ -80,16 +80,28 @@ ScopedLaunchTuning::ScopedLaunchTuning(const LaunchTuning& tuning)
 
 ScopedLaunchTuning::~ScopedLaunchTuning() { g_override = previous_; }
 
-std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols) {
+int norm_row_threads(const KernelEntry& entry, std::int64_t cols) {
   const int vec = std::max(1, entry.elements_per_thread);
   const std::int64_t per_thread = entry.row_elements_per_thread;
-  if (per_thread <= 0 || cols % vec != 0) return 1;
+  if (per_thread <= 0 || cols % vec != 0) return 0;
   int block = 1;
   while (block * 2 <= entry.block_x) block *= 2;
   int tpr = 1;
   while (tpr < block && tpr * per_thread < cols) tpr *= 2;
-  if (tpr * per_thread < cols) return 1;
-  return entry.block_x / tpr;
+  return tpr * per_thread < cols ? 0 : tpr;
+}
+
+std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols) {
+  const int tpr = norm_row_threads(entry, cols);
+  return tpr == 0 ? 1 : entry.block_x / tpr;
+}
+
+bool norm_prefers_wide_rows(const KernelEntry& narrow, const KernelEntry& wide, std::int64_t rows,
+                            std::int64_t cols, int sm_count) {
+  const int narrow_tpr = norm_row_threads(narrow, cols);
+  if (narrow_tpr == 0 || norm_row_threads(wide, cols) == 0) return false;
+  const std::int64_t warps = (rows * narrow_tpr + 31) / 32;
+  return warps < static_cast<std::int64_t>(kWideRowsWarpsPerSm) * std::max(1, sm_count);
 }
 
 KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::int64_t cols,

@@ -85,6 +85,24 @@ class ScopedLaunchTuning {
 // on the host; 1 when rows take the loop path. Only the grid size depends
 // on it; the kernel computes its own layout.
 std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols);
+// Threads per row of that register path (mb::row_threads); 0 for the loop path.
+int norm_row_threads(const KernelEntry& entry, std::int64_t cols);
+
+// Note [Wide rows for few rows]
+// The register path spreads a row over tpr threads of `norm_vec_per_thread`
+// 16-byte vectors each. Few rows make the kernel latency-bound, and then the
+// per-thread chain (loads, two reductions, the normalized stores, 24
+// elements a thread at ViT-B/16's 197 rows of 768 bf16, one warp per row)
+// sets its time: on an H200 (2026-11-26) 3.20 us with 4 vectors a thread,
+// 2.94 with 2, 2.58 with 1, Inductor 1.53. A layer or RMS norm kernel that
+// holds several vectors a thread therefore carries a second entry, "_wide",
+// holding one (four times the threads per row), and the launch takes it
+// while the narrow entry would put fewer than kWideRowsWarpsPerSm warps on
+// each SM; larger problems keep the narrow entry, whose fewer threads per
+// row were the better choice when they fill the device.
+enum : int { kWideRowsWarpsPerSm = 8 };
+bool norm_prefers_wide_rows(const KernelEntry& narrow, const KernelEntry& wide, std::int64_t rows,
+                            std::int64_t cols, int sm_count);
 
 // Note [Few rows, smaller blocks]
 // A forward kernel holds blockDim.x / tpr rows per block, so a small problem

@@ -137,30 +137,42 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   const std::size_t v = aligned || variants_.size() == 1 ? 0 : variants_.size() - 1;
   const DeviceModules::Loaded& l = modules_.on(device->index());
   const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
+  // A forward layer or RMS norm may carry a wide entry beside its narrow
+  // one; exactly one of the two runs (Note [Wide rows for few rows]).
+  const bool row_variants =
+      (g.spec.kind == NormKind::LayerNormForward || g.spec.kind == NormKind::RmsNormForward) &&
+      entries.size() == 2;
+  std::size_t first = 0, last = entries.size();
+  if (row_variants) {
+    first = norm_prefers_wide_rows(entries[0], entries[1], rows, cols, l.sm_count) ? 1 : 0;
+    last = first + 1;
+  }
   // Parameter grads reduce in row chunks through a workspace of partial
   // (dw, db) pairs (Note [Split parameter grads]).
   const std::int64_t col_tiles = outer_column_tiles(1, cols);
   const std::int64_t splits = outer_row_splits(col_tiles, rows, l.sm_count, 32);
-  if (entries.size() > 1) {
+  if (!row_variants && entries.size() > 1) {
     const auto stats = static_cast<c10::ScalarType>(stats_dtype(g.spec.dtype));
     tensors["partials"] = at::empty({splits, cols, 2}, options.dtype(stats));
   }
-  for (std::size_t e = 0; e < entries.size(); ++e) {
+  for (std::size_t e = first; e < last; ++e) {
+    const bool rows_entry = e == 0 || row_variants;
     const KernelEntry entry =
-        e == 0 ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
+        rows_entry ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
     KernelArgs args = norm_kernel_args(
         entry, tensors, {{"rows", rows}, {"cols", cols}, {"splits", splits}}, {{"eps", g.eps}});
-    // Entry 0: rows_per_block(...) rows per block; entries 1 and 2
-    // (parameter grads): a column tile of one row chunk, then of all chunks.
-    const std::int64_t per_block = e == 0 ? norm_rows_per_block(entry, cols) : 1;
-    const std::int64_t blocks = e == 0   ? (rows + per_block - 1) / per_block
-                                : e == 1 ? col_tiles * splits
-                                         : col_tiles;
+    // The rows entry: rows_per_block(...) rows per block; entries 1 and 2
+    // of a backward (parameter grads): a column tile of one row chunk, then
+    // of all chunks.
+    const std::int64_t per_block = rows_entry ? norm_rows_per_block(entry, cols) : 1;
+    const std::int64_t blocks = rows_entry ? (rows + per_block - 1) / per_block
+                                : e == 1   ? col_tiles * splits
+                                           : col_tiles;
     if (blocks == 0) continue;
     const std::int64_t grid =
-        e == 0 ? capped_grid(blocks, l.sm_count,
-                             launch_tuning().row_blocks_per_sm(is_softmax_forward(g.spec.kind)))
-               : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
+        rows_entry ? capped_grid(blocks, l.sm_count,
+                                 launch_tuning().row_blocks_per_sm(is_softmax_forward(g.spec.kind)))
+                   : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
     launch_on_stream(l, l.functions[v][e], grid, entry, args, device->index());
   }
   for (const auto& [name, value] : g.outputs) {

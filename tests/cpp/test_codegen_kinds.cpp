@@ -4,6 +4,7 @@
 
 #if MYBACKEND_WITH_CODEGEN
 
+#include <algorithm>
 #include <regex>
 #include <string>
 #include <vector>
@@ -580,6 +581,73 @@ TEST(CodegenTuning, FewRowsGetSmallerBlocksWithTheSameThreadsPerRow) {
   EXPECT_EQ(norm_launch_shape(entry, 16, 1 << 16, 132).block_x, 256);
   // Never below the threads one row needs: 4096 columns take 128 threads.
   EXPECT_EQ(norm_launch_shape(entry, 4, 4096, 132).block_x, 128);
+}
+
+// Note [Wide rows for few rows]: ViT-B/16's 197 x 768 bf16 layer norm at
+// batch 1 takes the wide entry; enough rows to fill the device keep the
+// narrow one.
+TEST(CodegenTuning, FewRowsTakeTheWideRowsEntry) {
+  KernelEntry narrow;
+  narrow.block_x = 256;
+  narrow.elements_per_thread = 8;
+  narrow.row_elements_per_thread = 32;  // 32 threads per row of 768
+  KernelEntry wide = narrow;
+  wide.row_elements_per_thread = 8;  // 128 threads per row of 768
+  EXPECT_EQ(norm_row_threads(narrow, 768), 32);
+  EXPECT_EQ(norm_row_threads(wide, 768), 128);
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 197, 768, 132));
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 1, 1024, 132));
+  // 3152 rows (ViT-B/16 at batch 16): 3152 warps, 24 a SM: narrow.
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 3152, 768, 132));
+  // The boundary: fewer than kWideRowsWarpsPerSm warps a SM.
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, kWideRowsWarpsPerSm * 132 - 1, 768, 132));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, kWideRowsWarpsPerSm * 132, 768, 132));
+  // Rows the wide entry cannot hold in registers (65536 columns), or that
+  // are not whole vectors: the narrow entry.
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 1 << 16, 132));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 770, 132));
+}
+
+// The wide entry exists for aligned forward layer and RMS norms holding
+// several vectors a thread, compiles, and keeps its row in registers.
+TEST(CodegenNorm, ForwardNormsCarryAWideRowsEntry) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::LayerNormForward, NormKind::RmsNormForward,
+                        NormKind::SoftmaxForward, NormKind::LayerNormBackward}) {
+    for (bool aligned : {true, false}) {
+      NormSpec spec;
+      spec.kind = kind;
+      spec.dtype = spec.out_dtype = spec.weight_dtype = DType::BFloat16;
+      spec.aligned = aligned;
+      spec.has_weight = kind != NormKind::SoftmaxForward;
+      spec.has_bias = kind == NormKind::LayerNormForward || kind == NormKind::LayerNormBackward;
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      EmittedKernel kernel = emit_norm(spec);
+      const bool wide_expected =
+          aligned && (kind == NormKind::LayerNormForward || kind == NormKind::RmsNormForward);
+      const bool has_wide =
+          std::any_of(kernel.entries.begin(), kernel.entries.end(), [](const KernelEntry& e) {
+            return e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, "_wide") == 0;
+          });
+      EXPECT_EQ(has_wide, wide_expected) << spec.to_string();
+      if (has_wide) {
+        ASSERT_EQ(kernel.entries.size(), 2u);
+        EXPECT_EQ(kernel.entries[1].name, kernel.entries[0].name + "_wide");
+        EXPECT_EQ(kernel.entries[1].row_elements_per_thread, kernel.entries[1].elements_per_thread);
+        EXPECT_GT(kernel.entries[0].row_elements_per_thread,
+                  kernel.entries[1].row_elements_per_thread);
+        cases.push_back({spec.to_string(), kernel});
+      }
+    }
+  }
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const std::string& ptx = outcomes[i].kernel->image;
+    EXPECT_NE(ptx.find(cases[i].kernel.entries[1].name), std::string::npos) << cases[i].label;
+    EXPECT_FALSE(std::regex_search(ptx, std::regex(R"(\.local|ld\.local|st\.local)")))
+        << cases[i].label;
+  }
 }
 
 // Every knob value emits kernels that compile, keep 16-byte accesses and
