@@ -99,7 +99,9 @@ int norm_row_threads(const KernelEntry& entry, std::int64_t cols);
 // holding one (four times the threads per row), and the launch takes it
 // while the narrow entry would put fewer than kWideRowsWarpsPerSm warps on
 // each SM; larger problems keep the narrow entry, whose fewer threads per
-// row were the better choice when they fill the device.
+// row were the better choice when they fill the device. 8 is a first choice
+// between the measured points (1.5 warps a SM, where wide won, and 24, where
+// narrow is the default): the sweep in docs/performance.md is to tune it.
 enum : int { kWideRowsWarpsPerSm = 8 };
 bool norm_prefers_wide_rows(const KernelEntry& narrow, const KernelEntry& wide, std::int64_t rows,
                             std::int64_t cols, int sm_count);
