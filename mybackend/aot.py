@@ -83,12 +83,15 @@ def _partition(
     timer of its own for it, and it is a large part of compiling a training
     graph."""
     # Note [One recompile per joint graph]
-    # Each pass below returns a new GraphModule (its constructor generates
-    # Python code for the graph) and recompiled it again at its end: four
-    # code generations of ResNet-50's 3000-node joint graph, 0.75 s on the
-    # development machine, before the min-cut partitioner's own first step,
-    # a recompile. Nothing runs the joint module in between (propagation
-    # walks its nodes), so the passes leave the final recompile to it.
+    # Each pass below returns a new GraphModule and recompiled it at its
+    # end, before the min-cut partitioner's own first step, a recompile:
+    # with plain modules, four code generations of ResNet-50's 3000-node
+    # joint graph (0.75 s on the development machine). Nothing runs the
+    # joint module in between (propagation walks its nodes), so the passes
+    # leave the final recompile to the partitioner. Under dynamo the modules
+    # are lazy (Note [Graph modules made lazily]) and a recompile is only a
+    # flag; the passes skip theirs all the same, for the callers outside
+    # dynamo whose modules are plain.
     with timed(PARTITION):
         if options.channels_last:
             joint, conversions = plan_channels_last(

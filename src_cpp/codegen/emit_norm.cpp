@@ -104,11 +104,9 @@ Names names_of(const NormSpec& spec) {
 // Forward layer and RMS norms whose register path holds several vectors a
 // thread also get an entry holding one (Note [Wide rows for few rows] in
 // launch_tuning.h).
-bool has_wide_rows_entry(const NormSpec& spec) {
-  if (spec.kind != NormKind::LayerNormForward && spec.kind != NormKind::RmsNormForward)
-    return false;
-  const Names n = names_of(spec);
-  return n.vec > 1 && n.chunks > 1;
+bool has_wide_rows_entry(const NormSpec& spec, const Names& n) {
+  return (spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward) &&
+         n.vec > 1 && n.chunks > 1;
 }
 
 // What the kernel stores: decides MB_APPROX_MATH.
@@ -306,7 +304,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
     case NormKind::LayerNormForward:
     case NormKind::RmsNormForward:
       entries = forward_entries(spec, n, main, n.chunks);
-      if (has_wide_rows_entry(spec)) {
+      if (has_wide_rows_entry(spec, n)) {
         wide.abi.name = base + "_wide";
         wide.abi.block_x = spec.threads;
         wide.abi.elements_per_thread = n.vec;
