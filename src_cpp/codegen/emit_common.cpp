@@ -310,6 +310,24 @@ std::string body_function(const PointwiseSpec& spec, std::string_view name) {
   return out.str();
 }
 
+std::string dense_vec_member(const PointwiseSpec& spec, const std::string& ptr_prefix,
+                             std::string_view body) {
+  const std::vector<bool> used = used_inputs(spec);
+  std::ostringstream src;
+  src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
+         "const {\n";
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string x = "x" + std::to_string(k);
+    src << "    " << compute_type(spec.inputs[k].dtype) << " " << x << "[N];\n";
+    if (used[k])
+      src << "    mb::load_compute<N>(" << ptr_prefix << std::to_string(k) << " + i, " << x
+          << ");\n";
+  }
+  src << "#pragma unroll\n    for (int k = 0; k < N; ++k) " << body << "("
+      << body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n  }\n";
+  return src.str();
+}
+
 std::string body_call_args(const PointwiseSpec& spec, const std::string& in_prefix,
                            const std::string& in_suffix, const std::string& scalar_prefix,
                            const std::string& out_prefix, const std::string& out_suffix) {

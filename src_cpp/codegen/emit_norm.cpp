@@ -25,10 +25,14 @@ struct Entry {
   int min_blocks = 0;  // __launch_bounds__'s blocks per SM to fit (0: the compiler's choice)
 
   void pointer(const std::string& type, const std::string& name, bool is_const) {
+    pointer_param(type, name, is_const);
+    call_args.push_back(name);
+  }
+  // A pointer parameter the device template does not take as it is.
+  void pointer_param(const std::string& type, const std::string& name, bool is_const) {
     params << (abi.params.empty() ? "\n    " : ",\n    ") << (is_const ? "const " : "") << type
            << "* __restrict__ " << name;
     abi.params.push_back({KernelParam::Kind::Pointer, name});
-    call_args.push_back(name);
   }
   // An optional tensor: a parameter only when present, nullptr for the template otherwise.
   void optional_pointer(bool present, const std::string& type, const std::string& name,
@@ -93,6 +97,9 @@ Names names_of(const NormSpec& spec) {
   n.stats = emit::compute_type(spec.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
   std::vector<DType> dtypes = {spec.dtype, spec.out_dtype};
   if (spec.has_weight || spec.has_bias) dtypes.push_back(spec.weight_dtype);
+  if (spec.prologue) {
+    for (const TensorArg& in : spec.prologue->inputs) dtypes.push_back(in.dtype);
+  }
   // Batch norm's reductions read only x (and grad_out, of x's dtype) by
   // vectors; their fp32 results are per channel.
   if (is_batch_norm(spec.kind)) dtypes = {spec.dtype};
@@ -101,12 +108,11 @@ Names names_of(const NormSpec& spec) {
   return n;
 }
 
-// Forward layer and RMS norms whose register path holds several vectors a
-// thread also get an entry holding one (Note [Wide rows for few rows] in
-// launch_tuning.h).
+// Vectorized forward layer and RMS norms also get a row-per-block entry
+// (Note [Wide rows for few rows] in launch_tuning.h).
 bool has_wide_rows_entry(const NormSpec& spec, const Names& n) {
   return (spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward) &&
-         n.vec > 1 && n.chunks > 1;
+         n.vec > 1;
 }
 
 // What the kernel stores: decides MB_APPROX_MATH.
@@ -142,19 +148,51 @@ std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
                  ">");
 }
 
-// `chunks`: vectors of a row each thread holds (Note [Wide rows for few rows]).
-std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e, int chunks) {
+// Note [Norm prologues]: the Load functor computing x from the prologue's
+// inputs, which forward entries construct from their parameters in0, ...
+std::string prologue_load_struct(const PointwiseSpec& prologue) {
+  std::ostringstream src;
+  src << emit::body_function(prologue, "mb_prologue") << "\nstruct Load {\n  typedef "
+      << emit::compute_type(prologue.outputs[0].tensor.dtype) << " Value;\n";
+  for (std::size_t k = 0; k < prologue.inputs.size(); ++k)
+    src << "  const " << storage_type(prologue.inputs[k].dtype) << "* __restrict__ in"
+        << std::to_string(k) << ";\n";
+  src << emit::dense_vec_member(prologue, "in", "mb_prologue") << "};\n\n";
+  return src.str();
+}
+
+// x as the device template reads it: stored, or through the prologue.
+void x_reader(const NormSpec& spec, const Names& n, Entry& e) {
+  if (!spec.prologue) {
+    e.pointer_param(n.t, "x", true);
+    e.call_args.push_back("mb::StoredRows<" + n.t + ">{x}");
+    return;
+  }
+  std::string load = "Load{";
+  for (std::size_t k = 0; k < spec.prologue->inputs.size(); ++k) {
+    const std::string name = "in" + std::to_string(k);
+    e.pointer_param(std::string(storage_type(spec.prologue->inputs[k].dtype)), name, true);
+    load += (k ? ", " : "") + name;
+  }
+  e.call_args.push_back(load + "}");
+}
+
+// The register-path entry, or with `row_block` the row-per-block one (Note
+// [Wide rows for few rows]).
+std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e, bool row_block) {
   const bool rms = spec.kind == NormKind::RmsNormForward;
-  e.pointer(n.t, "x", true);
+  x_reader(spec, n, e);
   e.optional_pointer(spec.has_weight, n.w, "weight", true);
   e.optional_pointer(spec.has_bias, n.w, "bias", true);
   e.pointer(n.to, "y", false);
   e.optional_pointer(spec.save_stats && !rms, n.stats, "mean", false);
   e.optional_pointer(spec.save_stats, n.stats, "rstd", false);
   e.sizes(true);
-  return e.write("mb::norm_forward<" + n.t + ", " + n.to + ", " + n.w + ", I, " +
-                 std::to_string(n.vec) + ", " + std::to_string(chunks) + ", " + b(rms) + ", " +
-                 b(spec.has_weight) + ", " + b(spec.has_bias) + ", " + b(spec.save_stats) + ">");
+  const std::string flags = b(rms) + ", " + b(spec.has_weight) + ", " + b(spec.has_bias) + ", " +
+                            b(spec.save_stats) + ">";
+  const std::string types = n.t + ", " + n.to + ", " + n.w + ", I, " + std::to_string(n.vec) + ", ";
+  if (row_block) return e.write("mb::norm_forward_row_block<" + types + flags);
+  return e.write("mb::norm_forward<" + types + std::to_string(n.chunks) + ", " + flags);
 }
 
 // Cross-entropy: logits rows `row_stride` apart, int64 targets, fp32 loss,
@@ -303,13 +341,13 @@ EmittedKernel emit_norm(const NormSpec& spec) {
     case NormKind::LogSoftmaxBackward: entries = softmax_entries(spec, n, main); break;
     case NormKind::LayerNormForward:
     case NormKind::RmsNormForward:
-      entries = forward_entries(spec, n, main, n.chunks);
+      entries = forward_entries(spec, n, main, false);
       if (has_wide_rows_entry(spec, n)) {
         wide.abi.name = base + "_wide";
-        wide.abi.block_x = spec.threads;
+        wide.abi.block_x = kRowBlockMaxThreads;  // the launch sizes it to the row
         wide.abi.elements_per_thread = n.vec;
         wide.abi.row_elements_per_thread = n.vec;
-        entries += "\n" + forward_entries(spec, n, wide, 1);
+        entries += "\n" + forward_entries(spec, n, wide, true);
       }
       break;
     case NormKind::LayerNormBackward:
@@ -334,7 +372,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << device_header(spec.kind) << "\"\n\n"
       << (partials.abi.params.empty() && !is_batch_norm(spec.kind) ? "" : outer_tile_assert())
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
-      << entries;
+      << (spec.prologue ? prologue_load_struct(*spec.prologue) : std::string()) << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
   if (!wide.abi.name.empty()) kernel.entries.push_back(wide.abi);
   if (is_batch_norm(spec.kind)) kernel.entries.push_back(totals.abi);

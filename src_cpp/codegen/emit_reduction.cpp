@@ -111,20 +111,8 @@ void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
   src << "    Value y0;\n    mb_prologue(" << emit::body_call_args(spec, "x", "", "s", "y", "")
       << ");\n"
       << "    return y0;\n  }\n";
-  if (vec > 1) {
-    // Only emitted when every input is Aligned (see reduce_inner_block).
-    const std::vector<bool> used = emit::used_inputs(spec);
-    src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
-           "const {\n";
-    for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-      src << "    " << compute_type(spec.inputs[k].dtype) << " x" << std::to_string(k) << "[N];\n";
-      if (used[k])
-        src << "    mb::load_compute<N>(in" << std::to_string(k) << " + i, x" << std::to_string(k)
-            << ");\n";
-    }
-    src << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_prologue("
-        << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n  }\n";
-  }
+  // Only emitted when every input is Aligned (see reduce_inner_block).
+  if (vec > 1) src << emit::dense_vec_member(spec, side.ptr_prefix, "mb_prologue");
   src << "};\n\n";
 }
 

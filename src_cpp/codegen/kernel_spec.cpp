@@ -168,6 +168,10 @@ std::string NormSpec::to_string() const {
       << " save_stats=" << flag(save_stats) << " param_grads=" << flag(param_grads)
       << " aligned=" << flag(aligned) << " index=" << (index64 ? "i64" : "i32")
       << " threads=" << std::to_string(threads) << "\n";
+  if (prologue) {
+    out << "  prologue:\n";
+    indent_into(out, prologue->to_string(), "    ");
+  }
   return out.str();
 }
 

@@ -231,6 +231,11 @@ inline bool is_batch_norm(NormKind kind) {
 // Row-wise over the last dim of a [rows, cols] view with contiguous rows
 // (rows and cols are kernel arguments; eps too). Statistics (mean, rstd)
 // are stored in the accumulation dtype: fp32, or fp64 for fp64 inputs.
+//
+// A forward layer or RMS norm may read x through a prologue (Note [Norm
+// prologues] in fusion/norm_prologue.h): a PointwiseSpec whose output 0 (of
+// dtype `dtype`, not stored) is x; its inputs are dense [rows, cols] tensors
+// read in x's place, kernel parameters in0, in1, ...
 struct NormSpec {
   NormKind kind = NormKind::SoftmaxForward;
   DType dtype = DType::Float32;         // x, grads, y
@@ -243,6 +248,7 @@ struct NormSpec {
   bool aligned = false;     // every base pointer 16-byte aligned
   bool index64 = false;
   int threads = 256;
+  std::optional<PointwiseSpec> prologue;
 
   std::string to_string() const;
   std::uint64_t hash() const;

@@ -40,7 +40,8 @@ std::string LaunchTuning::to_string() const {
          " bn_row_unroll=" + std::to_string(bn_row_unroll) +
          " bn_blocks_per_sm=" + std::to_string(bn_blocks_per_sm) +
          " bn_chunk_passes=" + std::to_string(bn_chunk_passes) +
-         " bn_min_blocks=" + std::to_string(bn_min_blocks);
+         " bn_min_blocks=" + std::to_string(bn_min_blocks) +
+         " norm_wide_warps_per_sm=" + std::to_string(norm_wide_warps_per_sm);
 }
 
 LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
@@ -65,6 +66,8 @@ LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
   t.bn_chunk_passes =
       knob(env, "MYBACKEND_BN_CHUNK_PASSES", t.bn_chunk_passes, {1, 2, 4, 8, 16, 32, 64});
   t.bn_min_blocks = knob(env, "MYBACKEND_BN_MIN_BLOCKS", t.bn_min_blocks, {0, 1, 2, 3, 4});
+  t.norm_wide_warps_per_sm = knob(env, "MYBACKEND_NORM_WIDE_WARPS_PER_SM", t.norm_wide_warps_per_sm,
+                                  {0, 1, 2, 4, 8, 16, 32, 64, 1024});
   return t;
 }
 
@@ -99,9 +102,17 @@ std::int64_t norm_rows_per_block(const KernelEntry& entry, std::int64_t cols) {
 bool norm_prefers_wide_rows(const KernelEntry& narrow, const KernelEntry& wide, std::int64_t rows,
                             std::int64_t cols, int sm_count) {
   const int narrow_tpr = norm_row_threads(narrow, cols);
-  if (narrow_tpr == 0 || norm_row_threads(wide, cols) == 0) return false;
+  if (narrow_tpr == 0 || norm_row_block_threads(wide, cols) == 0) return false;
   const std::int64_t warps = (rows * narrow_tpr + 31) / 32;
-  return warps < static_cast<std::int64_t>(kWideRowsWarpsPerSm) * std::max(1, sm_count);
+  return warps <
+         static_cast<std::int64_t>(launch_tuning().norm_wide_warps_per_sm) * std::max(1, sm_count);
+}
+
+int norm_row_block_threads(const KernelEntry& wide, std::int64_t cols) {
+  const int vec = std::max(1, wide.elements_per_thread);
+  if (cols <= 0 || cols % vec != 0) return 0;
+  const std::int64_t threads = (cols / vec + 31) / 32 * 32;
+  return threads > wide.block_x ? 0 : static_cast<int>(threads);
 }
 
 KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::int64_t cols,

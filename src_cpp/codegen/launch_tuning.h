@@ -33,6 +33,10 @@ struct LaunchTuning {
   int norm_block = 256;         // MYBACKEND_NORM_BLOCK: threads per block (a power of two)
   int norm_vec_per_thread = 4;  // MYBACKEND_NORM_VEC_PER_THREAD: vectors of a row one thread holds
   int norm_blocks_per_sm = 8;   // MYBACKEND_NORM_BLOCKS_PER_SM: grid cap (0: uncapped)
+  // MYBACKEND_NORM_WIDE_WARPS_PER_SM: a forward layer or RMS norm takes its
+  // row-per-block entry below this many warps a SM of the register path
+  // (Note [Wide rows for few rows]; 0: never, 1024: always when it fits).
+  int norm_wide_warps_per_sm = 8;
   // Softmax and log-softmax forward kernels (one input, one output per row)
   // favour smaller, uncapped blocks than the norms (docs/performance.md sweep).
   int softmax_block = 128;        // MYBACKEND_SOFTMAX_BLOCK
@@ -91,20 +95,23 @@ int norm_row_threads(const KernelEntry& entry, std::int64_t cols);
 // Note [Wide rows for few rows]
 // The register path spreads a row over tpr threads of `norm_vec_per_thread`
 // 16-byte vectors each. Few rows make the kernel latency-bound, and then the
-// per-thread chain (loads, two reductions, the normalized stores, 24
-// elements a thread at ViT-B/16's 197 rows of 768 bf16, one warp per row)
-// sets its time: on an H200 (2026-11-26) 3.20 us with 4 vectors a thread,
-// 2.94 with 2, 2.58 with 1, Inductor 1.53. A layer or RMS norm kernel that
-// holds several vectors a thread therefore carries a second entry, "_wide",
-// holding one (four times the threads per row), and the launch takes it
-// while the narrow entry would put fewer than kWideRowsWarpsPerSm warps on
-// each SM; larger problems keep the narrow entry, whose fewer threads per
-// row were the better choice when they fill the device. 8 is a first choice
-// between the measured points (1.5 warps a SM, where wide won, and 24, where
-// narrow is the default): the sweep in docs/performance.md is to tune it.
-enum : int { kWideRowsWarpsPerSm = 8 };
+// per-thread chain (loads, two reductions, the normalized stores) sets its
+// time: on an H200 (2026-11-26), 197 rows of 768 bf16 took 3.20 us with 4
+// vectors a thread, 2.58 with 1, Inductor 1.53. A forward layer or RMS norm
+// kernel therefore carries a second entry, "_wide": a block per row, one
+// vector a thread (Note [A row per block] in device/mb_norm.cuh: 1.63 us as
+// a prototype). The launch takes it while the register path would put fewer
+// than norm_wide_warps_per_sm warps on each SM (8: between the measured
+// points, 1.5 warps a SM where wide won and 24 where the register path was
+// the default; the knob is there to sweep it) and the row fits one block of
+// at most kRowBlockMaxThreads threads.
+enum : int { kRowBlockMaxThreads = 1024 };
 bool norm_prefers_wide_rows(const KernelEntry& narrow, const KernelEntry& wide, std::int64_t rows,
                             std::int64_t cols, int sm_count);
+// Threads of the row-per-block entry for rows of `cols`: one vector each,
+// rounded up to whole warps; 0 when the row has no whole vectors or does
+// not fit one block.
+int norm_row_block_threads(const KernelEntry& wide, std::int64_t cols);
 
 // Note [Few rows, smaller blocks]
 // A forward kernel holds blockDim.x / tpr rows per block, so a small problem

@@ -186,6 +186,28 @@ std::string validate(const ReductionSpec& spec) {
   return {};
 }
 
+namespace {
+
+// Note [Norm prologues]: x computed from dense inputs read as x would be.
+std::string check_norm_prologue(const NormSpec& spec) {
+  if (spec.kind != NormKind::LayerNormForward && spec.kind != NormKind::RmsNormForward)
+    return "only forward layer and RMS norms take a prologue";
+  const PointwiseSpec& p = *spec.prologue;
+  if (p.outputs.size() != 1 || p.outputs[0].tensor.dtype != spec.dtype)
+    return "the prologue must have one output, x, of dtype " + name(spec.dtype);
+  if (p.inputs.empty()) return "the prologue reads no tensor";
+  for (const TensorArg& in : p.inputs) {
+    if (in.mode != IndexMode::Contiguous) return "prologue inputs are read densely, as x";
+  }
+  for (const PwScalar& s : p.scalars) {
+    if (s.is_argument) return "a norm prologue takes no scalar arguments";
+  }
+  if (std::string problem = validate(p); !problem.empty()) return "prologue: " + problem;
+  return {};
+}
+
+}  // namespace
+
 std::string validate(const NormSpec& spec) {
   if (std::string p = check_threads(spec.threads); !p.empty()) return p;
   for (DType d : {spec.dtype, spec.out_dtype, spec.weight_dtype}) {
@@ -217,6 +239,7 @@ std::string validate(const NormSpec& spec) {
     return "only softmax and layer norm forward may change the dtype";
   if (softmax && (spec.has_weight || spec.has_bias)) return "softmax has no weight or bias";
   if (spec.has_bias && !layer_norm) return "only layer norm has a bias";
+  if (spec.prologue) return check_norm_prologue(spec);
   return {};
 }
 

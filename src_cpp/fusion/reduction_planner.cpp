@@ -6,6 +6,7 @@
 
 #include "capability/registry.h"
 #include "fusion/norm_lowering.h"
+#include "fusion/norm_prologue.h"
 #include "fusion/prologue.h"
 #include "fusion/reduction_lowering.h"
 
@@ -37,6 +38,8 @@ struct Claimer {
     for (NodeId n : match.nodes) {
       if (!free(n)) return;
     }
+    const std::string prologue = take_norm_prologue(
+        index, [this](NodeId p) { return free(p); }, &match);
     KernelGroup group;
     group.kind = KernelKind::Norm;
     group.nodes = match.nodes;
@@ -45,7 +48,8 @@ struct Claimer {
     group.why =
         kind_text(match.group->spec.kind) + " as one generated row-wise kernel" +
         (match.nodes.size() > 1 ? " (replaces " + std::to_string(match.nodes.size()) + " ATen ops)"
-                                : "");
+                                : "") +
+        (prologue.empty() ? "" : ", " + prologue);
     claimed.claim(std::move(group));
   }
 

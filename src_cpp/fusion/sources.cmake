@@ -15,6 +15,7 @@ list(APPEND CORE_SOURCES
   fusion/conv_planner.cpp
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
+  fusion/norm_prologue.cpp
   fusion/reduction_planner.cpp
   fusion/prologue.cpp
   fusion/pool_planner.cpp)

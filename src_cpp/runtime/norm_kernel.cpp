@@ -21,6 +21,22 @@ namespace {
 
 DType stats_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
 
+// k for a prologue input's parameter "in<k>" (Note [Norm prologues]), else -1.
+int prologue_input_index(const std::string& name) {
+  if (name.size() < 3 || name.compare(0, 2, "in") != 0) return -1;
+  int k = 0;
+  for (std::size_t i = 2; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    k = k * 10 + (name[i] - '0');
+  }
+  return k;
+}
+
+// Tensors read as whole [rows, cols] rows: x, or the prologue's inputs in its place.
+bool reads_rows(const std::string& name) {
+  return name == "x" || name == "grad_out" || name == "out" || prologue_input_index(name) >= 0;
+}
+
 }  // namespace
 
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
@@ -30,6 +46,10 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
       return spec.weight_dtype;
     if (name == "x" || name == "grad_out") return spec.dtype;
     return DType::Float32;  // mean, invstd, grad_bias, grad_weight
+  }
+  if (spec.prologue) {
+    if (const int k = prologue_input_index(name); k >= 0)
+      return spec.prologue->inputs.at(static_cast<std::size_t>(k)).dtype;
   }
   if (name == "weight" || name == "bias" || name == "grad_weight" || name == "grad_bias")
     return spec.weight_dtype;
@@ -101,10 +121,9 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     t = t.contiguous();
   }
   if (!device) return fail("the group reads no tensor");
-  for (const char* name : {"x", "grad_out", "out"}) {
-    auto it = tensors.find(name);
-    if (it != tensors.end() && (it->second.sizes() != c10::IntArrayRef(*shape)))
-      return fail(std::string(name) + " does not have the compiled shape");
+  for (const auto& [name, t] : tensors) {
+    if (reads_rows(name) && t.sizes() != c10::IntArrayRef(*shape))
+      return fail(name + " does not have the compiled shape");
   }
   for (const char* name : {"weight", "bias"}) {
     auto it = tensors.find(name);
@@ -157,14 +176,19 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   }
   for (std::size_t e = first; e < last; ++e) {
     const bool rows_entry = e == 0 || row_variants;
-    const KernelEntry entry =
+    const bool row_block = row_variants && e == 1;  // Note [A row per block]
+    KernelEntry entry =
         rows_entry ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
+    if (row_block) {
+      entry = entries[e];
+      entry.block_x = norm_row_block_threads(entry, cols);
+    }
     KernelArgs args = norm_kernel_args(
         entry, tensors, {{"rows", rows}, {"cols", cols}, {"splits", splits}}, {{"eps", g.eps}});
     // The rows entry: rows_per_block(...) rows per block; entries 1 and 2
     // of a backward (parameter grads): a column tile of one row chunk, then
     // of all chunks.
-    const std::int64_t per_block = rows_entry ? norm_rows_per_block(entry, cols) : 1;
+    const std::int64_t per_block = rows_entry && !row_block ? norm_rows_per_block(entry, cols) : 1;
     const std::int64_t blocks = rows_entry ? (rows + per_block - 1) / per_block
                                 : e == 1   ? col_tiles * splits
                                            : col_tiles;

@@ -92,5 +92,29 @@ void layer_norm(GraphBuilder& b, DType dtype) {
   b.set_outputs({v(fw[0]), v(bw[0]), v(bw[1]), v(bw[2])});
 }
 
+// `producer`(x) -> native_layer_norm over [6, 64] with weight and bias, the
+// MLP block's inference tail (Note [Norm prologues]). `also_output`: the
+// producer's result is a graph output too; `broadcast`: the producer adds a
+// [64] bias (a broadcast read).
+void elementwise_then_layer_norm(GraphBuilder& b, DType dtype, bool also_output, bool broadcast) {
+  const TensorType t = tensor(dtype, {6, 64});
+  const TensorType p = tensor(dtype, {64});
+  const TensorType s = tensor(DType::Float32, {6, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId w = b.add_input(out(p, "w"));
+  ValueId bias = b.add_input(out(p, "b"));
+  ValueId pre = broadcast
+                    ? node1(b, "aten::add.Tensor", {v(x), v(bias), Argument::of_int(1)}, t, "add")
+                    : node1(b, "aten::gelu.default", {v(x)}, t, "gelu");
+  auto ln = b.add_node(NodeKind::Aten, "aten::native_layer_norm.default",
+                       {v(pre), ints({64}), v(w), v(bias), Argument::of_float(1e-5)},
+                       {out(t), out(s), out(s)}, "ln");
+  if (also_output) {
+    b.set_outputs({v(ln[0]), v(pre)});
+  } else {
+    b.set_outputs({v(ln[0])});
+  }
+}
+
 }  // namespace
 }  // namespace mybackend

@@ -505,6 +505,85 @@ TEST(CodegenNorm, ValidateExplainsRejections) {
   EXPECT_THROW(emit_norm(s), InternalError);
 }
 
+// x = bf16(gelu(in0) + in1) with in0 bf16 and in1 f32: a prologue of two
+// dense inputs of different dtypes (Note [Norm prologues]).
+PointwiseSpec gelu_add_prologue() {
+  PointwiseSpec p;
+  p.rank = 2;
+  p.inputs = {TensorArg{DType::BFloat16, IndexMode::Contiguous, 0},
+              TensorArg{DType::Float32, IndexMode::Contiguous, 0}};
+  p.instrs = {
+      {PwOp::Load, DType::BFloat16, {}, 0},    {PwOp::GeluErf, DType::BFloat16, {0}, -1},
+      {PwOp::Cast, DType::Float32, {1}, -1},   {PwOp::Load, DType::Float32, {}, 1},
+      {PwOp::Add, DType::Float32, {2, 3}, -1}, {PwOp::Cast, DType::BFloat16, {4}, -1},
+  };
+  p.outputs = {{TensorArg{DType::BFloat16, IndexMode::Contiguous, 0}, 5}};
+  return p;
+}
+
+TEST(CodegenNorm, ForwardNormsReadXThroughAPrologue) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::LayerNormForward, NormKind::RmsNormForward}) {
+    for (bool aligned : {true, false}) {
+      NormSpec spec;
+      spec.kind = kind;
+      spec.dtype = spec.out_dtype = spec.weight_dtype = DType::BFloat16;
+      spec.has_weight = true;
+      spec.has_bias = kind == NormKind::LayerNormForward;
+      spec.aligned = aligned;
+      spec.prologue = gelu_add_prologue();
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      EXPECT_NE(spec.to_string().find("prologue:"), std::string::npos);
+      NormSpec plain = spec;
+      plain.prologue.reset();
+      EXPECT_NE(spec.hash(), plain.hash());
+      EmittedKernel kernel = emit_norm(spec);
+      for (const KernelEntry& e : kernel.entries) {
+        std::vector<std::string> names;
+        for (const KernelParam& p : e.params) names.push_back(p.name);
+        EXPECT_EQ(std::count(names.begin(), names.end(), "x"), 0) << e.name;
+        EXPECT_EQ(std::count(names.begin(), names.end(), "in0"), 1) << e.name;
+        EXPECT_EQ(std::count(names.begin(), names.end(), "in1"), 1) << e.name;
+      }
+      EXPECT_NE(kernel.source.find("mb_prologue"), std::string::npos);
+      cases.push_back({spec.to_string(), kernel});
+    }
+  }
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const std::string& ptx = outcomes[i].kernel->image;
+    EXPECT_FALSE(std::regex_search(ptx, std::regex(R"(\.local|ld\.local|st\.local)")))
+        << cases[i].label;
+    if (cases[i].label.find("aligned=1") != std::string::npos)
+      EXPECT_TRUE(has_16_byte_load(ptx)) << cases[i].label;
+  }
+}
+
+TEST(CodegenNorm, ValidateExplainsPrologueRejections) {
+  NormSpec s;
+  s.kind = NormKind::LayerNormForward;
+  s.dtype = s.out_dtype = s.weight_dtype = DType::BFloat16;
+  s.prologue = gelu_add_prologue();
+  ASSERT_EQ(validate(s), "");
+  NormSpec softmax = s;
+  softmax.kind = NormKind::SoftmaxForward;
+  EXPECT_NE(validate(softmax).find("only forward layer and RMS norms"), std::string::npos);
+  NormSpec backward = s;
+  backward.kind = NormKind::LayerNormBackward;
+  EXPECT_NE(validate(backward).find("only forward layer and RMS norms"), std::string::npos);
+  NormSpec strided = s;
+  strided.prologue->inputs[1] = TensorArg{DType::Float32, IndexMode::Strided, 2};
+  EXPECT_NE(validate(strided).find("densely"), std::string::npos) << validate(strided);
+  NormSpec other_dtype = s;
+  other_dtype.dtype = other_dtype.out_dtype = DType::Float32;
+  EXPECT_NE(validate(other_dtype).find("one output, x"), std::string::npos);
+  NormSpec argument = s;
+  argument.prologue->scalars = {PwScalar{DType::Float32, true, 0.0, 0}};
+  EXPECT_NE(validate(argument).find("no scalar arguments"), std::string::npos);
+  EXPECT_THROW(emit_norm(argument), InternalError);
+}
+
 // ---- launch tuning (Note [Launch tuning knobs]) -----------------------------
 
 // x (in_dtype) -> sigmoid -> tanh -> out_dtype, aligned: the micro chain's shape.
@@ -543,6 +622,7 @@ const char* fake_env(const char* name) {
   if (n == "MYBACKEND_BN_BLOCKS_PER_SM") return "0";
   if (n == "MYBACKEND_BN_MIN_BLOCKS") return "5";  // not allowed: default
   if (n == "MYBACKEND_BN_CHUNK_PASSES") return "2";
+  if (n == "MYBACKEND_NORM_WIDE_WARPS_PER_SM") return "1024";
   return nullptr;
 }
 
@@ -564,6 +644,8 @@ TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
   EXPECT_EQ(t.bn_blocks_per_sm, 0);
   EXPECT_EQ(t.bn_min_blocks, defaults.bn_min_blocks);
   EXPECT_EQ(t.bn_chunk_passes, 2);
+  EXPECT_EQ(t.norm_wide_warps_per_sm, 1024);
+  EXPECT_NE(t.to_string().find("norm_wide_warps_per_sm=1024"), std::string::npos);
 }
 
 // Note [Few rows, smaller blocks]: BERT's 128 x 768 layer norm at batch 1.
@@ -592,24 +674,38 @@ TEST(CodegenTuning, FewRowsTakeTheWideRowsEntry) {
   narrow.elements_per_thread = 8;
   narrow.row_elements_per_thread = 32;  // 32 threads per row of 768
   KernelEntry wide = narrow;
-  wide.row_elements_per_thread = 8;  // 128 threads per row of 768
+  wide.block_x = kRowBlockMaxThreads;
+  wide.row_elements_per_thread = 8;  // a block of 96 threads per row of 768
   EXPECT_EQ(norm_row_threads(narrow, 768), 32);
-  EXPECT_EQ(norm_row_threads(wide, 768), 128);
+  EXPECT_EQ(norm_row_block_threads(wide, 768), 96);
+  EXPECT_EQ(norm_row_block_threads(wide, 1024), 128);
+  EXPECT_EQ(norm_row_block_threads(wide, 8), 32);  // one vector: a warp
+  EXPECT_EQ(norm_row_block_threads(wide, 8192), 1024);
+  EXPECT_EQ(norm_row_block_threads(wide, 8200), 0);  // more than one block
+  EXPECT_EQ(norm_row_block_threads(wide, 770), 0);   // not whole vectors
   EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 197, 768, 132));
   EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 1, 1024, 132));
   // 3152 rows (ViT-B/16 at batch 16): 3152 warps, 24 a SM: narrow.
   EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 3152, 768, 132));
-  // The boundary: fewer than kWideRowsWarpsPerSm warps a SM.
-  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, kWideRowsWarpsPerSm * 132 - 1, 768, 132));
-  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, kWideRowsWarpsPerSm * 132, 768, 132));
-  // Rows the wide entry cannot hold in registers (65536 columns), or that
-  // are not whole vectors: the narrow entry.
+  // The boundary: fewer than norm_wide_warps_per_sm warps a SM.
+  const int per_sm = launch_tuning().norm_wide_warps_per_sm;
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, per_sm * 132 - 1, 768, 132));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, per_sm * 132, 768, 132));
+  // The knob moves the boundary: 0 never takes the wide entry.
+  LaunchTuning never;
+  never.norm_wide_warps_per_sm = 0;
+  {
+    const ScopedLaunchTuning scope(never);
+    EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 1, 768, 132));
+  }
+  // Rows the narrow entry cannot hold in registers (65536 columns), or that
+  // are not whole vectors: the narrow entry's loop path.
   EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 1 << 16, 132));
   EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 770, 132));
 }
 
-// The wide entry exists for aligned forward layer and RMS norms holding
-// several vectors a thread, compiles, and keeps its row in registers.
+// The wide entry (Note [A row per block]) exists for aligned forward layer
+// and RMS norms, compiles, and keeps its row in registers.
 TEST(CodegenNorm, ForwardNormsCarryAWideRowsEntry) {
   std::vector<Case> cases;
   for (NormKind kind : {NormKind::LayerNormForward, NormKind::RmsNormForward,
@@ -634,6 +730,7 @@ TEST(CodegenNorm, ForwardNormsCarryAWideRowsEntry) {
         ASSERT_EQ(kernel.entries.size(), 2u);
         EXPECT_EQ(kernel.entries[1].name, kernel.entries[0].name + "_wide");
         EXPECT_EQ(kernel.entries[1].row_elements_per_thread, kernel.entries[1].elements_per_thread);
+        EXPECT_EQ(kernel.entries[1].block_x, kRowBlockMaxThreads);
         EXPECT_GT(kernel.entries[0].row_elements_per_thread,
                   kernel.entries[1].row_elements_per_thread);
         cases.push_back({spec.to_string(), kernel});

@@ -50,6 +50,7 @@ TEST(CodegenPlanned, ReductionAndNormGroupsCompileToPtx) {
     graphs.push_back([d](GraphBuilder& b) { softmax(b, d, 1, true); });
     graphs.push_back([d](GraphBuilder& b) { layer_norm(b, d); });
     graphs.push_back([d](GraphBuilder& b) { rms_norm_chain(b, d, d != DType::Float32, true); });
+    graphs.push_back([d](GraphBuilder& b) { elementwise_then_layer_norm(b, d, false, false); });
   }
   std::vector<EmittedKernel> kernels;
   for (const auto& build : graphs) {

@@ -169,6 +169,65 @@ TEST(NormPlanner, LayerNormForwardAndBackward) {
   EXPECT_EQ(bw.outputs.size(), 3u);  // grad_in, grad_weight, grad_bias
 }
 
+// The plan of elementwise_then_layer_norm (bf16); `norm`: its one norm
+// group, or null (a failed expectation) when there is not exactly one.
+struct PlannedNorm {
+  Planned planned;
+  const KernelGroup* norm = nullptr;
+};
+void plan_elementwise_then_layer_norm(bool also_output, bool broadcast, PlannedNorm* out) {
+  GraphBuilder b;
+  elementwise_then_layer_norm(b, DType::BFloat16, also_output, broadcast);
+  out->planned = plan(b);
+  auto norms = out->planned.groups(KernelKind::Norm);
+  EXPECT_EQ(norms.size(), 1u) << out->planned.plan.to_string();
+  if (norms.size() == 1) out->norm = norms[0];
+}
+
+TEST(NormPlanner, LayerNormTakesItsElementwisePrologue) {
+  PlannedNorm planned;
+  plan_elementwise_then_layer_norm(false, false, &planned);
+  ASSERT_NE(planned.norm, nullptr);
+  const Planned& p = planned.planned;
+  const std::vector<const KernelGroup*> norms = {planned.norm};
+  EXPECT_EQ(norms[0]->nodes, (std::vector<NodeId>{0, 1})) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty()) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  const NormGroup& g = *norms[0]->norm;
+  ASSERT_TRUE(g.spec.prologue.has_value());
+  ASSERT_TRUE(g.general.prologue.has_value());
+  EXPECT_NE(g.spec.prologue->to_string().find("gelu_erf"), std::string::npos) << g.spec.to_string();
+  std::vector<std::string> names;
+  for (const auto& [name, value] : g.inputs) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias", "in0"}));
+  EXPECT_EQ(g.inputs.back().second, 0);  // the graph input x, read through gelu
+  EXPECT_FALSE(g.spec.save_stats);
+  EXPECT_NE(norms[0]->why.find("with 1 prologue elementwise op"), std::string::npos)
+      << norms[0]->why;
+}
+
+TEST(NormPlanner, AProducerReadElsewhereIsNoPrologue) {
+  PlannedNorm planned;
+  plan_elementwise_then_layer_norm(true, false, &planned);
+  ASSERT_NE(planned.norm, nullptr);
+  EXPECT_FALSE(planned.norm->norm->spec.prologue.has_value());
+  EXPECT_EQ(planned.norm->norm->inputs.front().first, "x");
+  EXPECT_EQ(planned.norm->nodes, (std::vector<NodeId>{1}));
+}
+
+TEST(NormPlanner, ABroadcastReadKeepsTheProducerApart) {
+  PlannedNorm planned;
+  plan_elementwise_then_layer_norm(false, true, &planned);
+  ASSERT_NE(planned.norm, nullptr);
+  const KernelGroup& norm = *planned.norm;
+  EXPECT_FALSE(norm.norm->spec.prologue.has_value());
+  EXPECT_NE(norm.why.find("prologue not taken"), std::string::npos) << norm.why;
+  EXPECT_NE(norm.why.find("broadcast"), std::string::npos) << norm.why;
+  const Planned& p = planned.planned;
+  EXPECT_EQ(p.groups(KernelKind::Pointwise).size() + p.groups(KernelKind::AtenSequence).size(), 1u)
+      << p.plan.to_string();
+}
+
 TEST(NormPlanner, RmsNormChainIsOneKernel) {
   for (bool upcast : {false, true}) {
     GraphBuilder b;

@@ -251,6 +251,40 @@ def test_layer_norm_forward_without_statistics(shape: tuple[int, ...], dtype: to
     )
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(1, 1024), (197, 768), (40000, 768), (5, 33)], ids=str)
+def test_layer_norm_reads_its_input_through_a_prologue(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """Note [Norm prologues]: a GELU only the layer norm reads runs inside
+    the norm kernel's loads (the MLP block's tail): one kernel, the GELU's
+    result never stored, rounded to the input dtype as eager's is. Few rows
+    take the wide-rows entry, 40000 the default one, 33 columns the loop."""
+    x = _randn(*shape, dtype=dtype)
+    w, b = _randn(shape[-1], dtype=dtype), _randn(shape[-1], dtype=dtype)
+
+    def fn(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.native_layer_norm(F.gelu(t), [shape[-1]], w, b, 1e-5)[0]
+
+    compiled = _check(fn, x, w, b, kind="norm", tol=TOL[dtype])
+    (norm,) = compiled.report()["kernels"]
+    assert "prologue:" in norm["spec"] and "gelu_erf" in norm["spec"], norm["spec"]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("cols", [64, 4096, 33])
+def test_rms_norm_reads_its_input_through_a_prologue(cols: int, dtype: torch.dtype) -> None:
+    """Note [Norm prologues] with two dense inputs: rms_norm(tanh(a) + c)."""
+    a, c, w = _randn(9, cols, dtype=dtype), _randn(9, cols, dtype=dtype), _randn(cols, dtype=dtype)
+
+    def fn(a: torch.Tensor, c: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(torch.tanh(a) + c, (cols,), w, 1e-6)
+
+    compiled = _check(fn, a, c, w, kind="norm", tol=TOL[dtype])
+    (norm,) = compiled.report()["kernels"]
+    assert "prologue:" in norm["spec"] and "tanh" in norm["spec"], norm["spec"]
+
+
 @pytest.mark.parametrize("target", [BF16, F16])
 @pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
 def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:

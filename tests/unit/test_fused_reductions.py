@@ -165,6 +165,32 @@ def test_layer_norm_output_cast_stays_apart(cast: Callable[[torch.Tensor], Any])
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16])
+def test_an_inference_layer_norm_takes_its_gelu_as_prologue(dtype: torch.dtype) -> None:
+    """Note [Norm prologues]: the MLP block's Linear -> GELU -> LayerNorm in
+    inference: the GELU joins the norm kernel, nothing else runs."""
+    report = _traced(
+        lambda x, w, b: F.layer_norm(F.gelu(x), (64,), w, b),
+        ((3, 64), dtype),
+        ((64,), dtype),
+        ((64,), dtype),
+    )
+    assert _kinds(report) == ["norm"], report["kernels"]
+    (norm,) = report["kernels"]
+    assert _ops(report, norm) == ["aten::gelu.default", "aten::native_layer_norm.default"]
+    assert "prologue:" in norm["spec"] and "with 1 prologue elementwise op" in norm["why"]
+
+
+def test_a_training_layer_norm_reads_its_saved_input() -> None:
+    """The backward reads the GELU's result, so the forward stores it: no prologue."""
+    forward, _ = _aot(
+        lambda x, w, b: F.layer_norm(F.gelu(x), (16,), w, b), *_params((4, 16), (16,), (16,))
+    )
+    norms = [k for k in forward["kernels"] if k["kind"] == "norm"]
+    assert len(norms) == 1 and "prologue" not in norms[0]["spec"], forward["kernels"]
+    assert "aten::gelu.default" not in _ops(forward, norms[0])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
 def test_rms_norm_chain_is_one_norm_kernel(dtype: torch.dtype) -> None:
     report = _traced(lambda x, w: F.rms_norm(x, (64,), w, 1e-6), ((8, 64), dtype), ((64,), dtype))
     assert _kinds(report) == ["norm"], report["kernels"]

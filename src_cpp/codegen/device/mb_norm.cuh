@@ -137,6 +137,18 @@ __device__ __forceinline__ void load_as(const T* __restrict__ p, A (&out)[N]) {
   for (int k = 0; k < N; ++k) out[k] = static_cast<A>(raw[k]);
 }
 
+// A forward norm's x as stored: x.vec<N>(i, v) loads elements i .. i + N - 1.
+// A generated prologue's Load functor has the same member (Note [Norm
+// prologues] in fusion/norm_prologue.h).
+template <class T>
+struct StoredRows {
+  const T* __restrict__ x;
+  template <int N, class I, class A>
+  __device__ __forceinline__ void vec(I i, A (&out)[N]) const {
+    load_as<N>(x + i, out);
+  }
+};
+
 // ---- softmax / log_softmax ------------------------------------------------
 
 template <class A>
@@ -298,8 +310,8 @@ struct PairSumReducer {
 // mean, then the sum of squared deviations from it, are exact two-pass
 // statistics over registers (RMS: the sum of squares only).
 template <class T, class TO, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W,
-          bool HAS_B, bool SAVE>
-__device__ __forceinline__ void norm_forward_rows(const T* __restrict__ x, const W* __restrict__ w,
+          bool HAS_B, bool SAVE, class X>
+__device__ __forceinline__ void norm_forward_rows(const X& x, const W* __restrict__ w,
                                                   const W* __restrict__ b, TO* __restrict__ y,
                                                   typename Compute<T>::type* __restrict__ mean_out,
                                                   typename Compute<T>::type* __restrict__ rstd_out,
@@ -310,7 +322,7 @@ __device__ __forceinline__ void norm_forward_rows(const T* __restrict__ x, const
   for_row_groups(rows, cols, tpr, [&](int lane, I row, bool live, I offset) {
     A sum = A(0);
     for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
-      load_as<VEC>(x + offset + c, v[k]);
+      x.template vec<VEC>(offset + c, v[k]);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += RMS ? v[k][e] * v[k][e] : v[k][e];
     });
@@ -341,11 +353,86 @@ __device__ __forceinline__ void norm_forward_rows(const T* __restrict__ x, const
   });
 }
 
+// A sum over the block returned to every thread: warp shuffles, then each
+// thread adds the warps' partials after one barrier. Consecutive calls
+// alternate `slot`, so a call's partials are never overwritten while a
+// thread still reads them (the next call's barrier orders them).
+template <class A>
+__device__ __forceinline__ A block_all_sum(A v, int slot) {
+  __shared__ A partial[2][32];
+  v = warp_reduce<SumReducer<A> >(v);
+  if (threadIdx.x % 32 == 0) partial[slot][threadIdx.x / 32] = v;
+  __syncthreads();
+  A total = partial[slot][0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[slot][w];
+  return total;
+}
+
+// Note [A row per block]
+// The wide entry of a forward layer or RMS norm (Note [Wide rows for few
+// rows] in codegen/launch_tuning.h): a block of ceil(cols / VEC) threads
+// rounded up to warps holds one row, a VEC vector a thread, so the chain
+// of a few-rows launch is one load, two block sums and one store, with
+// weight and bias loaded beside x. Against the register path with
+// CHUNKS == 1 (row groups of a run-time width, a loop path beside it) it
+// took 197x768 bf16 from 2.47 to 1.63 us on an H200 (a hand-written
+// prototype, Inductor 1.54).
+template <class T, class TO, class W, class I, int VEC, bool RMS, bool HAS_W, bool HAS_B, bool SAVE,
+          class X>
+__device__ __forceinline__ void norm_forward_row_block(
+    const X& x, const W* __restrict__ w, const W* __restrict__ b, TO* __restrict__ y,
+    typename Compute<T>::type* __restrict__ mean_out,
+    typename Compute<T>::type* __restrict__ rstd_out, I rows, I cols, double eps) {
+  typedef typename Compute<T>::type A;
+  const I c = static_cast<I>(threadIdx.x) * VEC;
+  const bool mine = c < cols;
+  A wv[VEC], bv[VEC];
+  if (mine) {
+    load_param<HAS_W, VEC>(w + c, wv, A(1));
+    load_param<HAS_B, VEC>(b + c, bv, A(0));
+  }
+  const A inv_cols = A(1) / static_cast<A>(cols);
+  int slot = 0;
+  for (I row = blockIdx.x; row < rows; row += gridDim.x) {
+    A v[VEC];
+    A sum = A(0);
+    if (mine) {
+      x.template vec<VEC>(row * cols + c, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += RMS ? v[e] * v[e] : v[e];
+    }
+    sum = block_all_sum(sum, slot);
+    slot ^= 1;
+    const A mean = RMS ? A(0) : sum * inv_cols;
+    A var = sum * inv_cols;
+    if (!RMS) {
+      A m2 = A(0);
+      if (mine) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) m2 += (v[e] - mean) * (v[e] - mean);
+      }
+      var = block_all_sum(m2, slot) * inv_cols;
+      slot ^= 1;
+    }
+    const A rstd = mb::rsqrt(var + static_cast<A>(eps));
+    if (SAVE && threadIdx.x == 0) {
+      if (!RMS) mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+    if (mine) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[e] = (v[e] - mean) * rstd * wv[e] + bv[e];
+      store_compute<VEC>(y + row * cols + c, v);
+    }
+  }
+}
+
 // y is written as TO (Note [Norm outputs in 16 bits]: a layer norm's f32
-// result that only feeds a cast to bf16 or fp16 is stored cast).
+// result that only feeds a cast to bf16 or fp16 is stored cast). x is a
+// StoredRows<T> or a prologue's Load functor, whose values are T's.
 template <class T, class TO, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W,
-          bool HAS_B, bool SAVE>
-__device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* __restrict__ w,
+          bool HAS_B, bool SAVE, class X>
+__device__ __forceinline__ void norm_forward(const X& x, const W* __restrict__ w,
                                              const W* __restrict__ b, TO* __restrict__ y,
                                              typename Compute<T>::type* __restrict__ mean_out,
                                              typename Compute<T>::type* __restrict__ rstd_out,
@@ -353,7 +440,7 @@ __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* _
   typedef typename Compute<T>::type A;
   typedef WelfordReducer<A> R;
   if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
-    norm_forward_rows<T, TO, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE>(
+    norm_forward_rows<T, TO, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE, X>(
         x, w, b, y, mean_out, rstd_out, rows, cols, eps, tpr);
     return;
   }
@@ -365,7 +452,7 @@ __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* _
       row_loop<VEC>(cols, [&](I c, auto n) {
         constexpr int N = decltype(n)::value;
         A v[N];
-        load_as<N>(x + base + c, v);
+        x.template vec<N>(base + c, v);
 #pragma unroll
         for (int k = 0; k < N; ++k) sq += v[k] * v[k];
       });
@@ -375,7 +462,7 @@ __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* _
       row_loop<VEC>(cols, [&](I c, auto n) {
         constexpr int N = decltype(n)::value;
         A v[N], wv[N];
-        load_as<N>(x + base + c, v);
+        x.template vec<N>(base + c, v);
         load_param<HAS_W, N>(w + c, wv, A(1));
 #pragma unroll
         for (int k = 0; k < N; ++k) v[k] = v[k] * rstd * wv[k];
@@ -387,7 +474,7 @@ __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* _
     row_loop<VEC>(cols, [&](I c, auto n) {
       constexpr int N = decltype(n)::value;
       A v[N];
-      load_as<N>(x + base + c, v);
+      x.template vec<N>(base + c, v);
 #pragma unroll
       for (int k = 0; k < N; ++k) acc = R::combine(acc, R::make(v[k], 0));
     });
@@ -402,7 +489,7 @@ __device__ __forceinline__ void norm_forward(const T* __restrict__ x, const W* _
     row_loop<VEC>(cols, [&](I c, auto n) {
       constexpr int N = decltype(n)::value;
       A v[N], wv[N], bv[N];
-      load_as<N>(x + base + c, v);
+      x.template vec<N>(base + c, v);
       load_param<HAS_W, N>(w + c, wv, A(1));
       load_param<HAS_B, N>(b + c, bv, A(0));
 #pragma unroll

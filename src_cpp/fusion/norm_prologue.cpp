@@ -1,0 +1,52 @@
+#include "fusion/norm_prologue.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "fusion/prologue.h"
+
+namespace mybackend {
+
+std::string take_norm_prologue(const GraphIndex& index,
+                               const std::function<bool(NodeId)>& available, NormMatch* match) {
+  const Graph& graph = index.graph;
+  const NormGroup& norm = *match->group;
+  if (norm.spec.kind != NormKind::LayerNormForward && norm.spec.kind != NormKind::RmsNormForward)
+    return {};
+  const auto x = std::find_if(norm.inputs.begin(), norm.inputs.end(),
+                              [](const auto& in) { return in.first == "x"; });
+  if (x == norm.inputs.end()) return {};
+  std::set<NodeId> members(match->nodes.begin(), match->nodes.end());
+  const std::vector<NodeId> nodes = elementwise_prologue(index, x->second, available, members);
+  if (nodes.empty()) return {};
+  PointwiseSpec prologue;
+  std::vector<ValueId> reads;
+  if (std::string p = prologue_spec(graph, nodes, x->second, norm.spec.dtype, &prologue, &reads);
+      !p.empty())
+    return "prologue not taken: " + p;
+  const std::string rows = space_key(graph.value(x->second).tensor);
+  for (ValueId v : reads) {
+    const Value& value = graph.value(v);
+    if (value.kind != ValueKind::Tensor || space_key(value.tensor) != rows)
+      return "prologue not taken: " + value.name + " is not read as x's rows (broadcast)";
+  }
+  for (TensorArg& in : prologue.inputs) in = TensorArg{in.dtype, IndexMode::Contiguous, 0};
+
+  NormGroup with = norm;
+  with.spec.prologue = prologue;
+  with.general.prologue = prologue;
+  with.inputs.erase(with.inputs.begin() + (x - norm.inputs.begin()));
+  for (std::size_t k = 0; k < reads.size(); ++k)
+    with.inputs.push_back({"in" + std::to_string(k), reads[k]});
+  for (const NormSpec* s : {&with.spec, &with.general}) {
+    if (std::string p = validate(*s); !p.empty()) return "prologue not taken: " + p;
+  }
+  match->nodes.insert(match->nodes.end(), nodes.begin(), nodes.end());
+  std::sort(match->nodes.begin(), match->nodes.end());
+  match->group = std::make_shared<NormGroup>(std::move(with));
+  return "with " + std::to_string(nodes.size()) + " prologue elementwise op" +
+         (nodes.size() > 1 ? "s" : "");
+}
+
+}  // namespace mybackend

@@ -1,0 +1,28 @@
+// Note [Norm prologues]
+// A forward layer or RMS norm whose input is computed by elementwise ops
+// nothing else reads (the MLP's Linear -> GELU -> LayerNorm, in inference)
+// recomputes those ops at each element it loads, as a reduction's prologue
+// does (Note [Reduction groups]): x is never stored, one launch less. The
+// norm kernel reads x through a Load functor (device/mb_norm.cuh's
+// StoredRows, or the prologue's) at the same offsets, so only dense inputs
+// of x's own shape qualify: a broadcast input (a bias over the rows) keeps
+// the ops in their own pointwise kernel. Training graphs save x for the
+// backward, so there the prologue is empty.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "fusion/graph_index.h"
+#include "fusion/norm_lowering.h"
+
+namespace mybackend {
+
+// Takes the prologue of the forward layer or RMS norm in `match` when one
+// qualifies (`available`: may a node join), updating its nodes and group.
+// Returns what happened for the group's explanation: empty when there is
+// no elementwise producer to take, else the ops taken or why not.
+std::string take_norm_prologue(const GraphIndex& index,
+                               const std::function<bool(NodeId)>& available, NormMatch* match);
+
+}  // namespace mybackend
