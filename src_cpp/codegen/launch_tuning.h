@@ -104,8 +104,10 @@ int norm_row_threads(const KernelEntry& entry, std::int64_t cols);
 // than norm_wide_warps_per_sm warps on each SM (8: between the measured
 // points, 1.5 warps a SM where wide won and 24 where the register path was
 // the default; the knob is there to sweep it) and the row fits one block of
-// at most kRowBlockMaxThreads threads.
-enum : int { kRowBlockMaxThreads = 1024 };
+// at most kRowBlockMaxThreads threads: its __launch_bounds__. 512 (rows of up
+// to 4096 bf16): at 1024 ptxas gave the bf16 layer norm 32 registers and a
+// stack, at 512 39 registers and none.
+enum : int { kRowBlockMaxThreads = 512 };
 bool norm_prefers_wide_rows(const KernelEntry& narrow, const KernelEntry& wide, std::int64_t rows,
                             std::int64_t cols, int sm_count);
 // Threads of the row-per-block entry for rows of `cols`: one vector each,

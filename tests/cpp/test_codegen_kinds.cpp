@@ -680,8 +680,8 @@ TEST(CodegenTuning, FewRowsTakeTheWideRowsEntry) {
   EXPECT_EQ(norm_row_block_threads(wide, 768), 96);
   EXPECT_EQ(norm_row_block_threads(wide, 1024), 128);
   EXPECT_EQ(norm_row_block_threads(wide, 8), 32);  // one vector: a warp
-  EXPECT_EQ(norm_row_block_threads(wide, 8192), 1024);
-  EXPECT_EQ(norm_row_block_threads(wide, 8200), 0);  // more than one block
+  EXPECT_EQ(norm_row_block_threads(wide, 4096), 512);
+  EXPECT_EQ(norm_row_block_threads(wide, 4104), 0);  // more than one block
   EXPECT_EQ(norm_row_block_threads(wide, 770), 0);   // not whole vectors
   EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 197, 768, 132));
   EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 1, 1024, 132));
