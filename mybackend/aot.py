@@ -23,6 +23,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from mybackend import _C
 from mybackend._logging import get_logger, warn_once
+from mybackend.aot_logs import skipping_unread_graph_texts
 from mybackend.attention_masks import rewrite_attention_masks
 from mybackend.common_subexpressions import eliminate_common_subexpressions
 from mybackend.compile_times import PARTITION, timed, timed_graph_compile
@@ -61,16 +62,17 @@ def compile_with_aot(
             compile_aten_graph, name=f"graph{graph_id}.{kind}", kind=kind, options=options
         )
 
-    return aot_module_simplified(
-        gm,
-        example_inputs,
-        fw_compiler=compiler("forward"),
-        bw_compiler=compiler("backward"),
-        inference_compiler=compiler("inference"),
-        decompositions=decomposition_table(),
-        partition_fn=functools.partial(_partition, options=options),
-        keep_inference_input_mutations=True,
-    )
+    with skipping_unread_graph_texts():  # Note [Unread graph texts]
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=compiler("forward"),
+            bw_compiler=compiler("backward"),
+            inference_compiler=compiler("inference"),
+            decompositions=decomposition_table(),
+            partition_fn=functools.partial(_partition, options=options),
+            keep_inference_input_mutations=True,
+        )
 
 
 def _partition(

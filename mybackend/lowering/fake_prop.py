@@ -85,6 +85,8 @@ class Repropagation:
             touched = {
                 n for n in self._gm.graph.nodes if self._reads.get(n) != tuple(n.all_input_nodes)
             }
+            if not touched:  # every value stands: under autocast the layout
+                return None  # plan's first round converts no graph input
         self._full = True  # until this pass completes
         view = propagate_until_view_fails(self._gm, fake_inputs, touched)
         self._full = view is not None

@@ -109,6 +109,18 @@ def test_products_that_gain_nothing_are_left_alone(
     assert count == 0 and padded is gm
 
 
+def test_a_graph_with_nothing_to_pad_is_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common case (every CPU graph, all of ResNet-50's) is one walk over the nodes."""
+    gm, inputs = _traced(lambda x, w: (torch.mm(x, w.t()),), (8192, 768), (3072, 768))
+
+    def no_copy(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("graph copied")
+
+    monkeypatch.setattr(torch.fx.Graph, "graph_copy", no_copy)
+    padded, count = pad_matmuls(gm, inputs, "inference")
+    assert count == 0 and padded is gm
+
+
 def test_a_product_read_through_as_strided_is_left_alone() -> None:
     """as_strided addresses storage with the traced strides: padding would shift it."""
     gm, inputs = _traced(
