@@ -177,11 +177,11 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   for (std::size_t e = first; e < last; ++e) {
     const bool rows_entry = e == 0 || row_variants;
     const bool row_block = row_variants && e == 1;  // Note [A row per block]
-    KernelEntry entry =
-        rows_entry ? norm_launch_shape(entries[e], rows, cols, l.sm_count) : entries[e];
+    KernelEntry entry = entries[e];
     if (row_block) {
-      entry = entries[e];
       entry.block_x = norm_row_block_threads(entry, cols);
+    } else if (rows_entry) {
+      entry = norm_launch_shape(entry, rows, cols, l.sm_count);
     }
     KernelArgs args = norm_kernel_args(
         entry, tensors, {{"rows", rows}, {"cols", cols}, {"splits", splits}}, {{"eps", g.eps}});
