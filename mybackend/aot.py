@@ -34,6 +34,7 @@ from mybackend.debug.repro import write_reproducer
 from mybackend.debug.tracing import emit_graph_artifacts
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
+from mybackend.lowering.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
 from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
@@ -185,15 +186,20 @@ def _compile_now(
             static_inputs = [*static_inputs, *hoist.hoisted_inputs]
             stage_times.append(("hoisting", time.perf_counter() - start))
             start = time.perf_counter()
-        # Both rewrite in place; one code generation serves the two (the
-        # eager fallback may run `planned` when it is `gm` itself).
-        split = split_widening_casts(planned, recompile=False) if options.generated_kernels else 0
+        # All rewrite in place; one code generation serves them (the eager
+        # fallback may run `planned` when it is `gm` itself).
+        copied = split = 0
+        if options.generated_kernels:
+            copied = copy_batch_norm_gradients(planned, recompile=False)
+            split = split_widening_casts(planned, recompile=False)
         folded = fold_scatter_adds(planned, recompile=False)
-        if split or folded:
+        if copied or split or folded:
             planned.recompile()
             log.debug(
-                "%s: %d widening casts copied per reader, %d scatter sums folded",
+                "%s: %d batch-norm gradients copied for their sums, %d widening casts copied "
+                "per reader, %d scatter sums folded",
                 name,
+                copied,
                 split,
                 folded,
             )

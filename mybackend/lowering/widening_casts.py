@@ -35,8 +35,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-aten = torch.ops.aten
-prims = torch.ops.prims
+from mybackend.lowering.elementwise import is_dtype_cast, is_pointwise
 
 
 def split_widening_casts(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
@@ -49,7 +48,7 @@ def split_widening_casts(gm: torch.fx.GraphModule, *, recompile: bool = True) ->
         if len(readers) < 2 or not _widening_cuda_cast(node):
             continue
         shape = node.meta["val"].shape
-        if not all(_pointwise(reader) and _same_shape(reader, shape) for reader in readers):
+        if not all(is_pointwise(reader) and _same_shape(reader, shape) for reader in readers):
             continue
         for reader in readers[1:]:
             with graph.inserting_after(node):
@@ -63,12 +62,7 @@ def split_widening_casts(gm: torch.fx.GraphModule, *, recompile: bool = True) ->
 
 
 def _widening_cuda_cast(node: torch.fx.Node) -> bool:
-    if node.op != "call_function":
-        return False
-    if node.target is aten._to_copy.default:
-        if set(node.kwargs) != {"dtype"} or len(node.args) != 1:
-            return False
-    elif node.target is not prims.convert_element_type.default:
+    if not is_dtype_cast(node):
         return False
     source = node.args[0]
     if not isinstance(source, torch.fx.Node):
@@ -88,12 +82,3 @@ def _same_shape(node: torch.fx.Node, shape: torch.Size) -> bool:
     # that stayed behind would be stored wide once per copy.
     value = node.meta.get("val")
     return isinstance(value, torch.Tensor) and value.shape == shape
-
-
-def _pointwise(node: torch.fx.Node) -> bool:
-    target = node.target
-    return (
-        node.op == "call_function"
-        and isinstance(target, torch._ops.OpOverload)
-        and torch.Tag.pointwise in target.tags
-    )

@@ -328,6 +328,34 @@ std::string dense_vec_member(const PointwiseSpec& spec, const std::string& ptr_p
   return src.str();
 }
 
+std::string dense_held_members(const PointwiseSpec& spec, const std::string& ptr_prefix,
+                               std::string_view body) {
+  const std::vector<bool> used = used_inputs(spec);
+  std::ostringstream held, hold, values;
+  held << "  template <int N>\n  struct Held {\n";
+  hold << "  template <int N>\n  __device__ __forceinline__ void hold(const I i, Held<N>& h) "
+          "const {\n";
+  values << "  template <int N>\n  __device__ __forceinline__ void values(const Held<N>& h, "
+            "Value (&y0)[N]) const {\n#pragma unroll\n    for (int k = 0; k < N; ++k) {\n";
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    const DType dtype = spec.inputs[k].dtype;
+    values << "      const " << compute_type(dtype) << " x" << n << " = ";
+    if (!used[k]) {
+      values << compute_type(dtype) << "(0);\n";
+      continue;
+    }
+    held << "    " << storage_type(dtype) << " r" << n << "[N];\n";
+    hold << "    mb::load_stored<N>(" << ptr_prefix << n << " + i, h.r" << n << ");\n";
+    values << "mb::to_compute(h.r" << n << "[k]);\n";
+  }
+  held << "  };\n";
+  hold << "  }\n";
+  values << "      " << body << "(" << body_call_args(spec, "x", "", "s", "y", "[k]")
+         << ");\n    }\n  }\n";
+  return held.str() + hold.str() + values.str();
+}
+
 std::string body_call_args(const PointwiseSpec& spec, const std::string& in_prefix,
                            const std::string& in_suffix, const std::string& scalar_prefix,
                            const std::string& out_prefix, const std::string& out_suffix) {

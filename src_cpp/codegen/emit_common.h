@@ -60,6 +60,14 @@ std::vector<bool> used_inputs(const PointwiseSpec& spec);
 std::string dense_vec_member(const PointwiseSpec& spec, const std::string& ptr_prefix,
                              std::string_view body);
 
+// The same loads in two steps, for kernels that keep several rows in flight
+// at storage width (Note [Loads in flight at storage width] in
+// device/mb_batch_norm.cuh): `template <int N> struct Held` (N stored
+// elements of each used input), `hold(i, held)` loads them, and
+// `values(held, y0)` converts them and calls `body` on each.
+std::string dense_held_members(const PointwiseSpec& spec, const std::string& ptr_prefix,
+                               std::string_view body);
+
 // Declarations of the kernel-argument scalars converted to compute types:
 // "const float s0 = static_cast<float>(scalar0_arg);".
 std::string scalar_locals(const PointwiseSpec& spec, const std::string& arg_prefix,

@@ -100,8 +100,9 @@ Names names_of(const NormSpec& spec) {
   if (spec.prologue) {
     for (const TensorArg& in : spec.prologue->inputs) dtypes.push_back(in.dtype);
   }
-  // Batch norm's reductions read only x (and grad_out, of x's dtype) by
-  // vectors; their fp32 results are per channel.
+  // Batch norm's reductions read x and grad_out (of x's dtype) by vectors
+  // of x's width, a prologue's inputs by as many elements (a bool mask:
+  // 8 bytes to bf16's 16); their fp32 results are per channel.
   if (is_batch_norm(spec.kind)) dtypes = {spec.dtype};
   n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
   n.chunks = launch_tuning().norm_vec_per_thread;
@@ -148,17 +149,35 @@ std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
                  ">");
 }
 
-// Note [Norm prologues]: the Load functor computing x from the prologue's
-// inputs, which forward entries construct from their parameters in0, ...
-std::string prologue_load_struct(const PointwiseSpec& prologue) {
+// Note [Norm prologues]: the Load functor computing x (or the batch-norm
+// sums' grad_out) from the prologue's inputs, which the entries construct
+// from their parameters in0, ... The sums hold rows of loads at storage
+// width (Note [Gradient readers] in device/mb_batch_norm.cuh).
+std::string prologue_load_struct(const NormSpec& spec) {
+  const PointwiseSpec& prologue = *spec.prologue;
   std::ostringstream src;
   src << emit::body_function(prologue, "mb_prologue") << "\nstruct Load {\n  typedef "
       << emit::compute_type(prologue.outputs[0].tensor.dtype) << " Value;\n";
   for (std::size_t k = 0; k < prologue.inputs.size(); ++k)
     src << "  const " << storage_type(prologue.inputs[k].dtype) << "* __restrict__ in"
         << std::to_string(k) << ";\n";
-  src << emit::dense_vec_member(prologue, "in", "mb_prologue") << "};\n\n";
+  if (spec.kind == NormKind::BatchNormBackward)
+    src << emit::dense_held_members(prologue, "in", "mb_prologue");
+  else
+    src << emit::dense_vec_member(prologue, "in", "mb_prologue");
+  src << "};\n\n";
   return src.str();
+}
+
+// The prologue's parameters in0, ... and the Load functor built from them.
+std::string prologue_load(const PointwiseSpec& prologue, Entry& e) {
+  std::string load = "Load{";
+  for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
+    const std::string name = "in" + std::to_string(k);
+    e.pointer_param(std::string(storage_type(prologue.inputs[k].dtype)), name, true);
+    load += (k ? ", " : "") + name;
+  }
+  return load + "}";
 }
 
 // x as the device template reads it: stored, or through the prologue.
@@ -168,13 +187,18 @@ void x_reader(const NormSpec& spec, const Names& n, Entry& e) {
     e.call_args.push_back("mb::StoredRows<" + n.t + ">{x}");
     return;
   }
-  std::string load = "Load{";
-  for (std::size_t k = 0; k < spec.prologue->inputs.size(); ++k) {
-    const std::string name = "in" + std::to_string(k);
-    e.pointer_param(std::string(storage_type(spec.prologue->inputs[k].dtype)), name, true);
-    load += (k ? ", " : "") + name;
+  e.call_args.push_back(prologue_load(*spec.prologue, e));
+}
+
+// The batch-norm backward's dy (Note [Gradient readers] in
+// device/mb_batch_norm.cuh): stored, or through the prologue.
+void grad_reader(const NormSpec& spec, const Names& n, Entry& e) {
+  if (!spec.prologue) {
+    e.pointer_param(n.t, "grad_out", true);
+    e.call_args.push_back("mb::StoredGrad<" + n.t + ">{grad_out}");
+    return;
   }
-  e.call_args.push_back(load + "}");
+  e.call_args.push_back(prologue_load(*spec.prologue, e));
 }
 
 // The register-path entry, or with `row_block` the row-per-block one (Note
@@ -229,7 +253,7 @@ std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& part
                                Entry& totals) {
   const bool stats = spec.kind == NormKind::BatchNormStats;
   const std::string partial = stats ? "mb::Welford<float>" : "mb::Pair<float>";
-  if (!stats) partials.pointer(n.t, "grad_out", true);
+  if (!stats) grad_reader(spec, n, partials);
   partials.pointer(n.t, "x", true);
   if (!stats) partials.pointer("float", "mean", true);
   partials.pointer(partial, "partials", false);
@@ -259,9 +283,10 @@ std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& part
   partials.min_blocks = launch_tuning().bn_min_blocks;
   const std::string vec = std::to_string(n.vec);
   const std::string unroll = std::to_string(launch_tuning().bn_row_unroll);
+  const std::string lanes = std::to_string(launch_tuning().bn_max_lanes);
   return partials.write(std::string(stats ? "mb::batch_norm_stats_partials<"
                                           : "mb::batch_norm_backward_partials<") +
-                        n.t + ", I, " + vec + ", " + unroll + ">") +
+                        n.t + ", I, " + vec + ", " + unroll + ", " + lanes + ">") +
          "\n" +
          totals.write(stats ? "mb::batch_norm_stats_totals<" + n.w + ", I>"
                             : std::string("mb::batch_norm_backward_totals<I>"));
@@ -372,7 +397,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << device_header(spec.kind) << "\"\n\n"
       << (partials.abi.params.empty() && !is_batch_norm(spec.kind) ? "" : outer_tile_assert())
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
-      << (spec.prologue ? prologue_load_struct(*spec.prologue) : std::string()) << entries;
+      << (spec.prologue ? prologue_load_struct(spec) : std::string()) << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
   if (!wide.abi.name.empty()) kernel.entries.push_back(wide.abi);
   if (is_batch_norm(spec.kind)) kernel.entries.push_back(totals.abi);

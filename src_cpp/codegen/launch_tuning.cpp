@@ -41,6 +41,7 @@ std::string LaunchTuning::to_string() const {
          " bn_blocks_per_sm=" + std::to_string(bn_blocks_per_sm) +
          " bn_chunk_passes=" + std::to_string(bn_chunk_passes) +
          " bn_min_blocks=" + std::to_string(bn_min_blocks) +
+         " bn_max_lanes=" + std::to_string(bn_max_lanes) +
          " norm_wide_warps_per_sm=" + std::to_string(norm_wide_warps_per_sm);
 }
 
@@ -66,6 +67,7 @@ LaunchTuning launch_tuning_from(const char* (*env)(const char*)) {
   t.bn_chunk_passes =
       knob(env, "MYBACKEND_BN_CHUNK_PASSES", t.bn_chunk_passes, {1, 2, 4, 8, 16, 32, 64});
   t.bn_min_blocks = knob(env, "MYBACKEND_BN_MIN_BLOCKS", t.bn_min_blocks, {0, 1, 2, 3, 4});
+  t.bn_max_lanes = knob(env, "MYBACKEND_BN_MAX_LANES", t.bn_max_lanes, {8, 16, 32, 64, 128, 256});
   t.norm_wide_warps_per_sm = knob(env, "MYBACKEND_NORM_WIDE_WARPS_PER_SM", t.norm_wide_warps_per_sm,
                                   {0, 1, 2, 4, 8, 16, 32, 64, 1024});
   return t;

@@ -190,14 +190,19 @@ namespace {
 
 // Note [Norm prologues]: x computed from dense inputs read as x would be.
 std::string check_norm_prologue(const NormSpec& spec) {
-  if (spec.kind != NormKind::LayerNormForward && spec.kind != NormKind::RmsNormForward)
-    return "only forward layer and RMS norms take a prologue";
+  const bool backward_sums = spec.kind == NormKind::BatchNormBackward;
+  if (spec.kind != NormKind::LayerNormForward && spec.kind != NormKind::RmsNormForward &&
+      !backward_sums)
+    return "only forward layer and RMS norms and batch-norm backward sums take a prologue";
   const PointwiseSpec& p = *spec.prologue;
+  const char* what = backward_sums ? "grad_out" : "x";
   if (p.outputs.size() != 1 || p.outputs[0].tensor.dtype != spec.dtype)
-    return "the prologue must have one output, x, of dtype " + name(spec.dtype);
+    return std::string("the prologue must have one output, ") + what + ", of dtype " +
+           name(spec.dtype);
   if (p.inputs.empty()) return "the prologue reads no tensor";
   for (const TensorArg& in : p.inputs) {
-    if (in.mode != IndexMode::Contiguous) return "prologue inputs are read densely, as x";
+    if (in.mode != IndexMode::Contiguous)
+      return std::string("prologue inputs are read densely, as ") + what;
   }
   for (const PwScalar& s : p.scalars) {
     if (s.is_argument) return "a norm prologue takes no scalar arguments";
@@ -231,7 +236,7 @@ std::string validate(const NormSpec& spec) {
     if (spec.dtype == DType::Float64) return "batch-norm kernels take fp32, bf16 or fp16 data";
     if (spec.out_dtype != DType::Float32) return "batch-norm statistics are fp32";
     if (spec.has_weight || spec.has_bias) return "batch-norm reductions read no weight or bias";
-    return {};
+    return spec.prologue ? check_norm_prologue(spec) : std::string();
   }
   // Note [Norm outputs in 16 bits]: a layer norm forward may write y in
   // another floating dtype.

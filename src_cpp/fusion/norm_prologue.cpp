@@ -7,15 +7,32 @@
 #include "fusion/prologue.h"
 
 namespace mybackend {
+namespace {
+
+bool same_strides(const TensorType& a, const TensorType& b) {
+  if (a.strides.size() != b.strides.size()) return false;
+  for (std::size_t d = 0; d < a.strides.size(); ++d) {
+    if (a.strides[d].str() != b.strides[d].str()) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 std::string take_norm_prologue(const GraphIndex& index,
                                const std::function<bool(NodeId)>& available, NormMatch* match) {
   const Graph& graph = index.graph;
   const NormGroup& norm = *match->group;
-  if (norm.spec.kind != NormKind::LayerNormForward && norm.spec.kind != NormKind::RmsNormForward)
+  // The tensor the kernel reads through its Load functor.
+  std::string read;
+  if (norm.spec.kind == NormKind::LayerNormForward || norm.spec.kind == NormKind::RmsNormForward)
+    read = "x";
+  else if (norm.spec.kind == NormKind::BatchNormBackward)
+    read = "grad_out";
+  else
     return {};
   const auto x = std::find_if(norm.inputs.begin(), norm.inputs.end(),
-                              [](const auto& in) { return in.first == "x"; });
+                              [&read](const auto& in) { return in.first == read; });
   if (x == norm.inputs.end()) return {};
   std::set<NodeId> members(match->nodes.begin(), match->nodes.end());
   const std::vector<NodeId> nodes = elementwise_prologue(index, x->second, available, members);
@@ -26,10 +43,22 @@ std::string take_norm_prologue(const GraphIndex& index,
       !p.empty())
     return "prologue not taken: " + p;
   const std::string rows = space_key(graph.value(x->second).tensor);
+  // The batch-norm sums read every [rows, channels] tensor channels
+  // innermost, copying one stored otherwise (batch_norm_kernel.cpp): a read
+  // in another layout than the stored x would be a copy per call.
+  const TensorType* layout = nullptr;
+  if (read == "grad_out") {
+    for (const auto& [name, value] : norm.inputs) {
+      if (name == "x") layout = &graph.value(value).tensor;
+    }
+  }
   for (ValueId v : reads) {
     const Value& value = graph.value(v);
     if (value.kind != ValueKind::Tensor || space_key(value.tensor) != rows)
-      return "prologue not taken: " + value.name + " is not read as x's rows (broadcast)";
+      return "prologue not taken: " + value.name + " is not read as " + read +
+             "'s rows (broadcast)";
+    if (layout != nullptr && !same_strides(value.tensor, *layout))
+      return "prologue not taken: " + value.name + " is not laid out as x";
   }
   for (TensorArg& in : prologue.inputs) in = TensorArg{in.dtype, IndexMode::Contiguous, 0};
 

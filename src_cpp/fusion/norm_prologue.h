@@ -8,6 +8,14 @@
 // of x's own shape qualify: a broadcast input (a bias over the rows) keeps
 // the ops in their own pointwise kernel. Training graphs save x for the
 // backward, so there the prologue is empty.
+//
+// The batch-norm backward sums read grad_out the same way (Note [Gradient
+// readers] in device/mb_batch_norm.cuh): in ResNet training grad_out is the
+// ReLU gradient, where(relu_out <= 0, 0, dy), which the input-gradient
+// kernel also reads. The lowering gives the sums a copy of those ops of
+// their own (Note [A ReLU gradient recomputed by its batch-norm sums] in
+// mybackend/lowering/batch_norm_gradients.py), taken here, so neither
+// kernel stores or reads the masked gradient.
 #pragma once
 
 #include <functional>
@@ -18,8 +26,9 @@
 
 namespace mybackend {
 
-// Takes the prologue of the forward layer or RMS norm in `match` when one
-// qualifies (`available`: may a node join), updating its nodes and group.
+// Takes the prologue of the forward layer or RMS norm, or of the batch-norm
+// backward sums (their grad_out), in `match` when one qualifies
+// (`available`: may a node join), updating its nodes and group.
 // Returns what happened for the group's explanation: empty when there is
 // no elementwise producer to take, else the ops taken or why not.
 std::string take_norm_prologue(const GraphIndex& index,

@@ -15,6 +15,19 @@ struct Refuse {
   std::string reason;
 };
 
+// The number of a 0-dim `aten::scalar_tensor(number)` producing `v`, or null.
+const Argument* scalar_tensor_constant(const Graph& graph, ValueId v) {
+  const Value& value = graph.value(v);
+  if (value.producer < 0 || value.kind != ValueKind::Tensor || value.tensor.rank() != 0)
+    return nullptr;
+  const Node& node = graph.node(value.producer);
+  if (node.op != "aten::scalar_tensor.default" || node.args.empty()) return nullptr;
+  const Argument& c = node.args[0];
+  const bool number = c.kind == Argument::Kind::Bool || c.kind == Argument::Kind::Int ||
+                      c.kind == Argument::Kind::Float;
+  return number ? &c : nullptr;
+}
+
 }  // namespace
 
 // The view of one node that the table's builders work with.
@@ -455,6 +468,18 @@ PointwiseSsa::Rep PointwiseSsa::value(ValueId v) {
   auto it = values_.find(v);
   if (it != values_.end()) return it->second;
   const TensorType& t = graph_->value(v).tensor;
+  // A 0-dim constant (the 0 of a decomposed ReLU gradient, where(mask,
+  // scalar_tensor(0), dy)) is a literal of the kernel, not a tensor it loads:
+  // one input less, and prologues that read only x-shaped tensors take it.
+  if (const Argument* c = scalar_tensor_constant(*graph_, v)) {
+    const double f = c->kind == Argument::Kind::Float  ? c->f
+                     : c->kind == Argument::Kind::Bool ? (c->b ? 1.0 : 0.0)
+                                                       : static_cast<double>(c->i);
+    const std::int64_t i = c->kind == Argument::Kind::Bool ? (c->b ? 1 : 0) : c->i;
+    Rep rep{literal(t.dtype, f, i), t.dtype};
+    values_.emplace(v, rep);
+    return rep;
+  }
   TensorArg arg;
   arg.dtype = t.dtype;
   spec_.inputs.push_back(arg);

@@ -24,10 +24,12 @@ constexpr std::int64_t kTotalsLanes = 32;
 constexpr std::int64_t kStatsPartialFloats = 3;
 constexpr std::int64_t kBackwardPartialFloats = 2;
 
-// The same lane count as channel_lanes<VEC> in the device code.
+// The same lane count as channel_lanes<VEC, LANES> in the device code,
+// whose LANES the emitter took from the same tuning.
 std::int64_t channel_lanes(std::int64_t cols, std::int64_t vec) {
+  const std::int64_t most = std::min<std::int64_t>(kChannelBlock, launch_tuning().bn_max_lanes);
   std::int64_t lanes = 1;
-  while (lanes < kChannelBlock && lanes * vec < cols) lanes *= 2;
+  while (lanes < most && lanes * vec < cols) lanes *= 2;
   return lanes;
 }
 
@@ -57,8 +59,8 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
   if (rows == 0 || cols == 0) return fail("an empty batch: ATen handles that edge");
   for (auto& [name, t] : tensors) {
     if (t.device() != device) return fail("inputs on different devices");
-    if (name == "x" || name == "grad_out") {
-      if (t.sizes() != c10::IntArrayRef(shape)) return fail("grad_out and x differ in shape");
+    if (norm_reads_rows(name)) {
+      if (t.sizes() != c10::IntArrayRef(shape)) return fail(name + " and x differ in shape");
       t = channels_innermost(t);
     } else {
       if (t.numel() != cols) return fail(name + " does not have one value per channel");

@@ -21,8 +21,9 @@ namespace {
 
 DType stats_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
 
-// k for a prologue input's parameter "in<k>" (Note [Norm prologues]), else -1.
-int prologue_input_index(const std::string& name) {
+}  // namespace
+
+int norm_prologue_input(const std::string& name) {
   if (name.size() < 3 || name.compare(0, 2, "in") != 0) return -1;
   int k = 0;
   for (std::size_t i = 2; i < name.size(); ++i) {
@@ -32,24 +33,21 @@ int prologue_input_index(const std::string& name) {
   return k;
 }
 
-// Tensors read as whole [rows, cols] rows: x, or the prologue's inputs in its place.
-bool reads_rows(const std::string& name) {
-  return name == "x" || name == "grad_out" || name == "out" || prologue_input_index(name) >= 0;
+bool norm_reads_rows(const std::string& name) {
+  return name == "x" || name == "grad_out" || name == "out" || norm_prologue_input(name) >= 0;
 }
 
-}  // namespace
-
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
+  if (spec.prologue) {
+    if (const int k = norm_prologue_input(name); k >= 0)
+      return spec.prologue->inputs.at(static_cast<std::size_t>(k)).dtype;
+  }
   if (is_batch_norm(spec.kind)) {
     if (name == "running_mean" || name == "running_var" || name == "new_running_mean" ||
         name == "new_running_var")
       return spec.weight_dtype;
     if (name == "x" || name == "grad_out") return spec.dtype;
     return DType::Float32;  // mean, invstd, grad_bias, grad_weight
-  }
-  if (spec.prologue) {
-    if (const int k = prologue_input_index(name); k >= 0)
-      return spec.prologue->inputs.at(static_cast<std::size_t>(k)).dtype;
   }
   if (name == "weight" || name == "bias" || name == "grad_weight" || name == "grad_bias")
     return spec.weight_dtype;
@@ -122,7 +120,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   }
   if (!device) return fail("the group reads no tensor");
   for (const auto& [name, t] : tensors) {
-    if (reads_rows(name) && t.sizes() != c10::IntArrayRef(*shape))
+    if (norm_reads_rows(name) && t.sizes() != c10::IntArrayRef(*shape))
       return fail(name + " does not have the compiled shape");
   }
   for (const char* name : {"weight", "bias"}) {

@@ -31,6 +31,13 @@ class NormKernel final : public GroupKernel<NormGroup> {
   std::optional<std::map<std::string, at::Tensor>> input_tensors(const ValueSlots& slots) const;
 };
 
+// k for a prologue input's parameter "in<k>" (Note [Norm prologues]), else -1.
+int norm_prologue_input(const std::string& name);
+
+// Tensors read as whole [rows, cols] rows: x, grad_out, out, or the
+// prologue's inputs in x's (or grad_out's) place.
+bool norm_reads_rows(const std::string& name);
+
 // The dtype of the kernel tensor a norm group names `name` ("x", "weight",
 // "mean", "target", ...).
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name);

@@ -31,6 +31,16 @@ TensorType tensor(DType dtype, std::vector<std::int64_t> sizes, const char* devi
   return t;
 }
 
+// A [N, C, H, W] tensor laid out channels-last (NHWC) or contiguous.
+[[maybe_unused]] TensorType nchw(DType dtype, std::vector<std::int64_t> sizes, bool channels_last) {
+  TensorType t = tensor(dtype, sizes);
+  if (channels_last) {
+    const std::int64_t c = sizes[1], h = sizes[2], w = sizes[3];
+    t.strides = {Dim(h * w * c), Dim(1), Dim(w * c), Dim(c)};
+  }
+  return t;
+}
+
 GraphBuilder::OutputSpec out(const TensorType& t, const std::string& name = {}) {
   return {ValueKind::Tensor, t, std::nullopt, name};
 }

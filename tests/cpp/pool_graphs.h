@@ -8,16 +8,6 @@
 namespace mybackend {
 namespace {
 
-// A [N, C, H, W] tensor laid out channels-last (NHWC) or contiguous.
-TensorType nchw(DType dtype, std::vector<std::int64_t> sizes, bool channels_last) {
-  TensorType t = tensor(dtype, sizes);
-  if (channels_last) {
-    const std::int64_t c = sizes[1], h = sizes[2], w = sizes[3];
-    t.strides = {Dim(h * w * c), Dim(1), Dim(w * c), Dim(c)};
-  }
-  return t;
-}
-
 // max_pool2d_with_indices of x into `values` (the indices alike, in i64):
 // returns [values, indices].
 std::vector<ValueId> max_pool_node(GraphBuilder& b, ValueId x, const TensorType& values,

@@ -116,5 +116,31 @@ void elementwise_then_layer_norm(GraphBuilder& b, DType dtype, bool also_output,
   }
 }
 
+// A ResNet block's ReLU gradient read by its batch norm's backward sums
+// (Note [A ReLU gradient recomputed by its batch-norm sums]):
+// batch_norm_backward_reduce(where(relu_out <= 0, scalar_tensor(0), dy), x,
+// mean, invstd) over [4, 16, 5, 5] bf16, channels-last; dy channels-last
+// too unless `grad_nchw`.
+void relu_gradient_then_batch_norm_sums(GraphBuilder& b, bool grad_nchw) {
+  const std::vector<std::int64_t> sizes = {4, 16, 5, 5};
+  const TensorType t = nchw(DType::BFloat16, sizes, true);
+  TensorType mask = t;
+  mask.dtype = DType::Bool;
+  const TensorType channel = tensor(DType::Float32, {16});
+  ValueId dy = b.add_input(out(nchw(DType::BFloat16, sizes, !grad_nchw), "dy"));
+  ValueId relu_out = b.add_input(out(t, "relu_out"));
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId mean = b.add_input(out(channel, "mean"));
+  ValueId invstd = b.add_input(out(channel, "invstd"));
+  ValueId zero = node1(b, "aten::scalar_tensor.default", {Argument::of_int(0)},
+                       tensor(DType::BFloat16, {}), "zero");
+  ValueId le = node1(b, "aten::le.Scalar", {v(relu_out), Argument::of_int(0)}, mask, "le");
+  ValueId masked = node1(b, "aten::where.self", {v(le), v(zero), v(dy)}, t, "where");
+  auto sums =
+      b.add_node(NodeKind::Aten, "mybackend::batch_norm_backward_reduce.default",
+                 {v(masked), v(x), v(mean), v(invstd)}, {out(channel), out(channel)}, "sums");
+  b.set_outputs({v(sums[0]), v(sums[1])});
+}
+
 }  // namespace
 }  // namespace mybackend

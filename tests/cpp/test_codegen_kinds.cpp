@@ -363,9 +363,10 @@ TEST(CodegenNorm, BatchNormReductionsCompileForEveryDtypeAndLayout) {
                                                               "grad_weight", "cols", "splits"}));
 }
 
-// The batch-norm knobs change the chunk stage's source: the row unroll is a
-// template argument, MYBACKEND_BN_MIN_BLOCKS the launch bounds' second
-// argument, which reaches the PTX as .minnctapersm (a register cap).
+// The batch-norm knobs change the chunk stage's source: the row unroll and
+// the lanes' cap are template arguments, MYBACKEND_BN_MIN_BLOCKS the launch
+// bounds' second argument, which reaches the PTX as .minnctapersm (a
+// register cap).
 TEST(CodegenTuning, BatchNormKnobsCompileAndBoundTheChunkStage) {
   std::vector<Case> cases;
   for (int unroll : {1, 2, 4, 8}) {
@@ -373,6 +374,7 @@ TEST(CodegenTuning, BatchNormKnobsCompileAndBoundTheChunkStage) {
       LaunchTuning t;
       t.bn_row_unroll = unroll;
       t.bn_min_blocks = min_blocks;
+      t.bn_max_lanes = min_blocks == 0 ? 256 : 32;
       const ScopedLaunchTuning scope(t);
       for (NormKind kind : {NormKind::BatchNormStats, NormKind::BatchNormBackward}) {
         NormSpec spec;
@@ -381,7 +383,9 @@ TEST(CodegenTuning, BatchNormKnobsCompileAndBoundTheChunkStage) {
         spec.out_dtype = spec.weight_dtype = DType::Float32;
         spec.aligned = true;
         const EmittedKernel k = emit_norm(spec);
-        EXPECT_NE(k.source.find(", 8, " + std::to_string(unroll) + ">"), std::string::npos)
+        EXPECT_NE(k.source.find(", 8, " + std::to_string(unroll) + ", " +
+                                std::to_string(t.bn_max_lanes) + ">"),
+                  std::string::npos)
             << t.to_string();
         EXPECT_EQ(k.source.find("__launch_bounds__(256, 3)") != std::string::npos, min_blocks == 3)
             << t.to_string();
@@ -505,6 +509,20 @@ TEST(CodegenNorm, ValidateExplainsRejections) {
   EXPECT_THROW(emit_norm(s), InternalError);
 }
 
+// Every case compiles to PTX with no local memory; aligned ones
+// (labels with "aligned=1") read by 16-byte vectors.
+void expect_prologue_kernels_compile(const std::vector<Case>& cases) {
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].ok());
+    const std::string& ptx = outcomes[i].kernel->image;
+    EXPECT_FALSE(std::regex_search(ptx, std::regex(R"(\.local|ld\.local|st\.local)")))
+        << cases[i].label;
+    if (cases[i].label.find("aligned=1") != std::string::npos)
+      EXPECT_TRUE(has_16_byte_load(ptx)) << cases[i].label;
+  }
+}
+
 // x = bf16(gelu(in0) + in1) with in0 bf16 and in1 f32: a prologue of two
 // dense inputs of different dtypes (Note [Norm prologues]).
 PointwiseSpec gelu_add_prologue() {
@@ -549,15 +567,7 @@ TEST(CodegenNorm, ForwardNormsReadXThroughAPrologue) {
       cases.push_back({spec.to_string(), kernel});
     }
   }
-  const auto outcomes = compile_all(cases);
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    ASSERT_TRUE(outcomes[i].ok());
-    const std::string& ptx = outcomes[i].kernel->image;
-    EXPECT_FALSE(std::regex_search(ptx, std::regex(R"(\.local|ld\.local|st\.local)")))
-        << cases[i].label;
-    if (cases[i].label.find("aligned=1") != std::string::npos)
-      EXPECT_TRUE(has_16_byte_load(ptx)) << cases[i].label;
-  }
+  expect_prologue_kernels_compile(cases);
 }
 
 TEST(CodegenNorm, ValidateExplainsPrologueRejections) {
@@ -582,6 +592,64 @@ TEST(CodegenNorm, ValidateExplainsPrologueRejections) {
   argument.prologue->scalars = {PwScalar{DType::Float32, true, 0.0, 0}};
   EXPECT_NE(validate(argument).find("no scalar arguments"), std::string::npos);
   EXPECT_THROW(emit_norm(argument), InternalError);
+}
+
+// dy = where(in0 <= 0, 0, in1): a ReLU gradient from the ReLU's bf16 output
+// and the incoming bf16 gradient (Note [Gradient readers] in
+// mb_batch_norm.cuh).
+PointwiseSpec relu_gradient_prologue() {
+  PointwiseSpec p;
+  p.rank = 4;
+  p.inputs = {TensorArg{DType::BFloat16, IndexMode::Contiguous, 0},
+              TensorArg{DType::BFloat16, IndexMode::Contiguous, 0}};
+  p.scalars = {PwScalar{DType::BFloat16, false, 0.0, 0}};
+  p.instrs = {
+      {PwOp::Load, DType::BFloat16, {}, 0},          {PwOp::Scalar, DType::BFloat16, {}, 0},
+      {PwOp::Le, DType::Bool, {0, 1}, -1},           {PwOp::Load, DType::BFloat16, {}, 1},
+      {PwOp::Where, DType::BFloat16, {2, 1, 3}, -1},
+  };
+  p.outputs = {{TensorArg{DType::BFloat16, IndexMode::Contiguous, 0}, 4}};
+  return p;
+}
+
+TEST(CodegenNorm, BatchNormSumsReadTheGradientThroughAPrologue) {
+  std::vector<Case> cases;
+  for (bool aligned : {true, false}) {
+    NormSpec spec;
+    spec.kind = NormKind::BatchNormBackward;
+    spec.dtype = DType::BFloat16;
+    spec.out_dtype = spec.weight_dtype = DType::Float32;
+    spec.aligned = aligned;
+    spec.index64 = !aligned;
+    spec.prologue = relu_gradient_prologue();
+    ASSERT_EQ(validate(spec), "") << spec.to_string();
+    NormSpec plain = spec;
+    plain.prologue.reset();
+    EXPECT_NE(spec.hash(), plain.hash());
+    const EmittedKernel kernel = emit_norm(spec);
+    ASSERT_EQ(kernel.entries.size(), 2u);
+    std::vector<std::string> names;
+    for (const KernelParam& p : kernel.entries[0].params) names.push_back(p.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"in0", "in1", "x", "mean", "partials", "rows",
+                                               "cols", "splits"}));
+    // The vector width stays x's (a bool mask would be read 8 bytes at a time).
+    EXPECT_EQ(kernel.entries[0].elements_per_thread, aligned ? 8 : 1);
+    // Rows in flight at storage width: the Load functor holds, then computes.
+    EXPECT_NE(kernel.source.find("void hold("), std::string::npos);
+    EXPECT_NE(kernel.source.find("Load{in0, in1}"), std::string::npos);
+    cases.push_back({spec.to_string(), kernel});
+  }
+  expect_prologue_kernels_compile(cases);
+  NormSpec stats;
+  stats.kind = NormKind::BatchNormStats;
+  stats.dtype = DType::BFloat16;
+  stats.out_dtype = stats.weight_dtype = DType::Float32;
+  stats.prologue = relu_gradient_prologue();
+  EXPECT_NE(validate(stats).find("take a prologue"), std::string::npos) << validate(stats);
+  NormSpec f32 = stats;
+  f32.kind = NormKind::BatchNormBackward;
+  f32.dtype = DType::Float32;
+  EXPECT_NE(validate(f32).find("one output, grad_out"), std::string::npos) << validate(f32);
 }
 
 // ---- launch tuning (Note [Launch tuning knobs]) -----------------------------
@@ -622,6 +690,7 @@ const char* fake_env(const char* name) {
   if (n == "MYBACKEND_BN_BLOCKS_PER_SM") return "0";
   if (n == "MYBACKEND_BN_MIN_BLOCKS") return "5";  // not allowed: default
   if (n == "MYBACKEND_BN_CHUNK_PASSES") return "2";
+  if (n == "MYBACKEND_BN_MAX_LANES") return "48";  // not a power of two: default
   if (n == "MYBACKEND_NORM_WIDE_WARPS_PER_SM") return "1024";
   return nullptr;
 }
@@ -644,6 +713,7 @@ TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
   EXPECT_EQ(t.bn_blocks_per_sm, 0);
   EXPECT_EQ(t.bn_min_blocks, defaults.bn_min_blocks);
   EXPECT_EQ(t.bn_chunk_passes, 2);
+  EXPECT_EQ(t.bn_max_lanes, defaults.bn_max_lanes);
   EXPECT_EQ(t.norm_wide_warps_per_sm, 1024);
   EXPECT_NE(t.to_string().find("norm_wide_warps_per_sm=1024"), std::string::npos);
 }

@@ -228,6 +228,53 @@ TEST(NormPlanner, ABroadcastReadKeepsTheProducerApart) {
       << p.plan.to_string();
 }
 
+// The plan of relu_gradient_then_batch_norm_sums, as PlannedNorm.
+void plan_relu_gradient_sums(bool grad_nchw, PlannedNorm* out) {
+  GraphBuilder b;
+  relu_gradient_then_batch_norm_sums(b, grad_nchw);
+  out->planned = plan(b);
+  auto norms = out->planned.groups(KernelKind::Norm);
+  EXPECT_EQ(norms.size(), 1u) << out->planned.plan.to_string();
+  if (norms.size() == 1) out->norm = norms[0];
+}
+
+TEST(NormPlanner, BatchNormSumsTakeTheReluGradientAsPrologue) {
+  PlannedNorm planned;
+  plan_relu_gradient_sums(false, &planned);
+  ASSERT_NE(planned.norm, nullptr);
+  const Planned& p = planned.planned;
+  const std::vector<const KernelGroup*> norms = {planned.norm};
+  EXPECT_EQ(norms[0]->nodes, (std::vector<NodeId>{1, 2, 3})) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  const NormGroup& g = *norms[0]->norm;
+  EXPECT_EQ(g.spec.kind, NormKind::BatchNormBackward);
+  ASSERT_TRUE(g.spec.prologue.has_value());
+  ASSERT_TRUE(g.general.prologue.has_value());
+  const std::string prologue = g.spec.prologue->to_string();
+  EXPECT_NE(prologue.find("where"), std::string::npos) << prologue;
+  // The 0 is a literal of the kernel: it reads the mask's source and dy.
+  EXPECT_EQ(g.spec.prologue->inputs.size(), 2u) << prologue;
+  std::vector<std::string> names;
+  for (const auto& [name, value] : g.inputs) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"x", "mean", "invstd", "in0", "in1"}));
+  EXPECT_NE(norms[0]->why.find("with 2 prologue elementwise ops"), std::string::npos)
+      << norms[0]->why;
+}
+
+TEST(NormPlanner, BatchNormSumsReadNoPrologueInAnotherLayout) {
+  PlannedNorm planned;
+  plan_relu_gradient_sums(true, &planned);
+  ASSERT_NE(planned.norm, nullptr);
+  const Planned& p = planned.planned;
+  EXPECT_FALSE(planned.norm->norm->spec.prologue.has_value());
+  EXPECT_NE(planned.norm->why.find("dy is not laid out as x"), std::string::npos)
+      << planned.norm->why;
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
+  // relu_out and dy: scalar_tensor(0) is a literal, not a 0-dim input.
+  EXPECT_EQ(pointwise[0]->pointwise->inputs, (std::vector<ValueId>{1, 0}));
+}
+
 TEST(NormPlanner, RmsNormChainIsOneKernel) {
   for (bool upcast : {false, true}) {
     GraphBuilder b;

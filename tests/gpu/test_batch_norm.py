@@ -19,7 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mybackend import _C
 from mybackend.batch_norm import batch_norm_backward_reduce, batch_norm_stats
 from mybackend.lowering import lower
-from tests.testing import run_generated_norm
+from tests.testing import compiled_records, error_ratio_check, run_generated_norm
 
 pytestmark = [pytest.mark.gpu]
 
@@ -87,6 +87,34 @@ def test_backward_sums_kernel_matches_the_ops_aten_implementation(
     invstd = torch.rsqrt(var + 1e-5)
     got = run_generated_norm(torch.ops.mybackend.batch_norm_backward_reduce, grad, x, mean, invstd)
     want = batch_norm_backward_reduce(grad, x, mean, invstd)
+    atol = 1e-3 * (x.numel() / shape[1]) ** 0.5
+    for name, g, w in zip(["grad_bias", "grad_weight"], got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=atol, msg=name)
+
+
+def _relu_gradient(relu_out: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    zero = torch.ops.aten.scalar_tensor.default(0, dtype=dy.dtype, device=dy.device)
+    return torch.where(relu_out <= 0, zero, dy)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backward_sums_compute_the_relu_gradient_as_they_load(
+    dtype: torch.dtype, shape: tuple[int, ...]
+) -> None:
+    """Note [Gradient readers]: the sums read where(relu_out <= 0, 0, dy)
+    through a prologue, never stored; the same values as the ops in eager."""
+    x = _activation(shape, dtype)
+    relu_out = torch.relu(_activation(shape, dtype, offset=-1.0))
+    dy = _activation(shape, dtype, offset=1.0)
+    var, mean = torch.var_mean(x.float(), [0, *range(2, len(shape))], correction=0)
+    invstd = torch.rsqrt(var + 1e-5)
+
+    def sums(r: torch.Tensor, g: torch.Tensor, x: torch.Tensor, m: torch.Tensor, s: torch.Tensor):
+        return torch.ops.mybackend.batch_norm_backward_reduce(_relu_gradient(r, g), x, m, s)
+
+    got = run_generated_norm(sums, relu_out, dy, x, mean, invstd)
+    want = batch_norm_backward_reduce(_relu_gradient(relu_out, dy), x, mean, invstd)
     atol = 1e-3 * (x.numel() / shape[1]) ** 0.5
     for name, g, w in zip(["grad_bias", "grad_weight"], got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=atol, msg=name)
@@ -169,6 +197,54 @@ def test_training_step_launches_no_aten_batch_norm_kernel(layout: str) -> None:
     names = [e.name for e in prof.events()]
     assert not [n for n in names if "batch_norm" in n.lower()], sorted(set(names))
     assert sum(n.endswith("_partials") and n.startswith("mb_norm_") for n in names) == 2, names
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_relu_gradients_run_inside_the_batch_norm_backward_kernels(mode: str) -> None:
+    """Note [A ReLU gradient recomputed by its batch-norm sums]: in two conv
+    -> batch norm -> ReLU blocks, the first ReLU's gradient (from the second
+    convolution's backward) is computed by the first batch norm's backward
+    sums and again by its input-gradient kernel, never stored by a kernel of
+    its own; every gradient matches eager's."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(
+        nn.Conv2d(8, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+    ).cuda().to(memory_format=torch.channels_last)  # fmt: skip
+    compiled_module, reference = copy.deepcopy(eager), copy.deepcopy(eager)
+    options = {"strict": True, "cuda_graphs": mode == "reduce-overhead"}
+    compiled = torch.compile(compiled_module, backend="mybackend", options=options)
+    x = torch.randn(4, 8, 16, 16, device="cuda").to(memory_format=torch.channels_last)
+    weights = torch.randn(4, 32, 16, 16, device="cuda")
+
+    def step(module: nn.Module, autocast: bool = True) -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            (module(x).float() * weights).sum().backward()
+
+    _, records = compiled_records(lambda: step(compiled))
+    step(compiled)  # a replay in reduce-overhead mode
+    for _ in range(2):
+        step(eager)
+        step(reference, autocast=False)
+    # bf16 gradients of the convolutions: within 3x eager's own error
+    # against the fp32 model's.
+    params = zip(
+        compiled_module.parameters(), eager.parameters(), reference.parameters(), strict=True
+    )
+    for p_compiled, p_eager, p_reference in params:
+        error_ratio_check(p_compiled.grad, lambda p=p_reference: p.grad, p_eager.grad)
+    (backward,) = [r for r in records if r.kind == "backward"]
+    report = backward.core_report
+    ops = [n["op"] for n in report["nodes"]]
+    kinds = [(k["kind"], [ops[n] for n in k["nodes"]]) for k in report["kernels"]]
+    with_prologue = [
+        names for kind, names in kinds if kind == "norm" and "aten::where.self" in names
+    ]
+    assert with_prologue, kinds
+    alone = [
+        names for kind, names in kinds if kind == "pointwise" and names[-1:] == ["aten::where.self"]
+    ]
+    assert len(alone) < 2, kinds  # at most the last ReLU's (its dy may be NCHW)
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])

@@ -14,20 +14,24 @@ namespace mb {
 // A block of kChannelBlock threads is `lanes` threads across the channels,
 // each owning VEC adjacent channels read as one vector, times
 // kChannelBlock / lanes row groups walking the rows. lanes is the smallest
-// power of two whose vectors cover the channels, at most the block: 8 for 64
-// bf16 channels (32 rows at a time), 256 for 2048. Wider rows take several
-// column tiles. Each block reduces one row chunk of one column tile (each
-// thread loading U rows before it accumulates them), merges
-// its row groups in shared memory and writes one partial per channel; a
-// second kernel (channel_totals) combines each channel's partials in a
-// fixed order, so results do not depend on timing. The launcher
-// (batch_norm_kernel.cpp) computes lanes and the chunk count the same way.
+// power of two whose vectors cover the channels, at most LANES (the
+// emitter's choice, MYBACKEND_BN_MAX_LANES, 32 by default; at most the
+// block): 8 for 64 bf16 channels (32 rows at a time), 32 for 256 and more.
+// Wider rows take several column tiles. With LANES = 256, a block's width,
+// 2048 channels had one row group a block, so the late layers' few rows
+// were cut into many chunks, each writing a partial per channel: the
+// statistics of 64x2048x7x7 bf16 took 20 us on an H200, 12.5 us with 32. Each block reduces one row
+// chunk of one column tile (each thread loading U rows before it accumulates them), merges its row
+// groups in shared memory and writes one partial per channel; a second kernel (channel_totals)
+// combines each channel's partials in a fixed order, so results do not depend on timing. The
+// launcher (batch_norm_kernel.cpp) computes lanes and the chunk count the same way.
 enum : int { kChannelBlock = 256 };
 
-template <int VEC>
+template <int VEC, int LANES>
 __device__ __forceinline__ int channel_lanes(long long cols) {
+  static_assert(LANES <= kChannelBlock, "lanes beyond the block");
   int lanes = 1;
-  while (lanes < kChannelBlock && static_cast<long long>(lanes) * VEC < cols) lanes *= 2;
+  while (lanes < LANES && static_cast<long long>(lanes) * VEC < cols) lanes *= 2;
   return lanes;
 }
 
@@ -45,17 +49,17 @@ struct ChannelSlice {
 };
 
 // Column tiles of `cols` channels.
-template <int VEC, class I>
+template <int VEC, int LANES, class I>
 __device__ __forceinline__ I channel_tiles(I cols) {
-  const I tile_cols = static_cast<I>(channel_lanes<VEC>(cols)) * VEC;
+  const I tile_cols = static_cast<I>(channel_lanes<VEC, LANES>(cols)) * VEC;
   return (cols + tile_cols - 1) / tile_cols;
 }
 
-template <int VEC, class I>
+template <int VEC, int LANES, class I>
 __device__ __forceinline__ ChannelSlice<I> channel_slice(I b, I rows, I cols, I splits) {
-  const int lanes = channel_lanes<VEC>(cols);
+  const int lanes = channel_lanes<VEC, LANES>(cols);
   const I tile_cols = static_cast<I>(lanes) * VEC;
-  const I tiles = channel_tiles<VEC>(cols);
+  const I tiles = channel_tiles<VEC, LANES>(cols);
   const I chunk = (rows + splits - 1) / splits;
   ChannelSlice<I> s;
   s.lane = static_cast<int>(threadIdx.x) % lanes;
@@ -149,15 +153,15 @@ __device__ __forceinline__ void channel_totals(const typename R::AccT* __restric
 // per-row Welford updates on 103 MB of bf16, where a copy moves 3 TB/s).
 // Shifting by a sample of the same channel keeps the sums of the order of
 // the spread, so the variance does not lose digits to a large mean.
-template <class T, class I, int VEC, int U>
+template <class T, class I, int VEC, int U, int LANES>
 __device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ x,
                                                           Welford<float>* __restrict__ partials,
                                                           I rows, I cols, I splits) {
   typedef WelfordReducer<float> R;
-  const int lanes = channel_lanes<VEC>(cols);
-  const I jobs = channel_tiles<VEC>(cols) * splits;
+  const int lanes = channel_lanes<VEC, LANES>(cols);
+  const I jobs = channel_tiles<VEC, LANES>(cols) * splits;
   for (I b = blockIdx.x; b < jobs; b += gridDim.x) {
-    const ChannelSlice<I> s = channel_slice<VEC>(b, rows, cols, splits);
+    const ChannelSlice<I> s = channel_slice<VEC, LANES>(b, rows, cols, splits);
     float shift[VEC], sum[VEC], squares[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) shift[k] = sum[k] = squares[k] = 0.f;
@@ -241,19 +245,46 @@ __device__ __forceinline__ void batch_norm_stats_totals(
   channel_totals<WelfordReducer<float> >(partials, finish, cols, splits);
 }
 
+// Note [Gradient readers]
+// The backward sums read dy through a reader G: StoredGrad loads it as
+// stored; a prologue's Load functor (Note [Norm prologues] in
+// fusion/norm_prologue.h) computes it from its inputs (the ReLU gradient's
+// mask source and incoming gradient), so dy is never stored. Either holds
+// the rows in flight at storage width (Note [Loads in flight at storage
+// width]): hold<N>(i, held) loads N elements of each tensor into a
+// G::Held<N>, values<N>(held, out) converts them (and, for a prologue,
+// computes dy) where they are accumulated.
+template <class T>
+struct StoredGrad {
+  const T* __restrict__ p;
+  template <int N>
+  struct Held {
+    T r[N];
+  };
+  template <int N, class I>
+  __device__ __forceinline__ void hold(I i, Held<N>& h) const {
+    load_stored<N>(p + i, h.r);
+  }
+  template <int N>
+  __device__ __forceinline__ void values(const Held<N>& h, float (&out)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = to_compute(h.r[k]);
+  }
+};
+
 // Stage one of the backward sums: per (chunk, channel), sum(dy) and
-// sum(dy * (x - mean)).
-template <class T, class I, int VEC, int U>
-__device__ __forceinline__ void batch_norm_backward_partials(const T* __restrict__ grad_out,
+// sum(dy * (x - mean)), dy read through G (Note [Gradient readers]).
+template <class T, class I, int VEC, int U, int LANES, class G>
+__device__ __forceinline__ void batch_norm_backward_partials(const G& grad_out,
                                                              const T* __restrict__ x,
                                                              const float* __restrict__ mean,
                                                              Pair<float>* __restrict__ partials,
                                                              I rows, I cols, I splits) {
   typedef PairSumReducer<float> R;
-  const int lanes = channel_lanes<VEC>(cols);
-  const I jobs = channel_tiles<VEC>(cols) * splits;
+  const int lanes = channel_lanes<VEC, LANES>(cols);
+  const I jobs = channel_tiles<VEC, LANES>(cols) * splits;
   for (I b = blockIdx.x; b < jobs; b += gridDim.x) {
-    const ChannelSlice<I> s = channel_slice<VEC>(b, rows, cols, splits);
+    const ChannelSlice<I> s = channel_slice<VEC, LANES>(b, rows, cols, splits);
     R::AccT acc[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) acc[k] = R::identity();
@@ -262,20 +293,23 @@ __device__ __forceinline__ void batch_norm_backward_partials(const T* __restrict
 #pragma unroll
       for (int k = 0; k < VEC; ++k) mu[k] = mean[s.channel + k];
       for (I r = s.row; r < s.end; r += U * s.step) {
-        T g[U][VEC], v[U][VEC];
+        typename G::template Held<VEC> g[U];
+        T v[U][VEC];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (r + u * s.step >= s.end) continue;
           const I at = (r + u * s.step) * cols + s.channel;
-          load_stored<VEC>(grad_out + at, g[u]);
+          grad_out.template hold<VEC>(at, g[u]);
           load_stored<VEC>(x + at, v[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (r + u * s.step >= s.end) break;
+          float dy[VEC];
+          grad_out.template values<VEC>(g[u], dy);
 #pragma unroll
           for (int k = 0; k < VEC; ++k) {
-            const float gk = to_compute(g[u][k]);
+            const float gk = dy[k];
             acc[k].a += gk;
             acc[k].b += gk * (to_compute(v[u][k]) - mu[k]);
           }
