@@ -111,7 +111,7 @@ __device__ __forceinline__ void merge_row_groups(typename R::AccT (&acc)[VEC], i
 // so an H100 SM held 2 blocks of 256 threads (ptxas, sm_90). At storage
 // width they take 72 and 80: 3 blocks, half as many bytes in flight again,
 // without the spills a __launch_bounds__ cap causes (MYBACKEND_BN_MIN_BLOCKS).
-enum : int { kTotalsUnroll = 4 };
+enum : int { kTotalsUnroll = 8 };
 
 // Stage two: a block of 32 channels x kTotalsGroups groups of chunks. Each
 // thread combines every kTotalsGroups-th chunk of its channel (loads
@@ -130,15 +130,19 @@ __device__ __forceinline__ void channel_totals(const typename R::AccT* __restric
     const I c = tile * kTotalsLanes + lane;
     Acc acc[1] = {R::identity()};
     if (c < cols) {
-      I s = group;
-      for (; s + (U - 1) * kTotalsGroups < splits; s += U * kTotalsGroups) {
+      // Every batch U loads wide, the last one predicated: the same
+      // combines in the same order as one at a time, in fewer round trips.
+      for (I s = group; s < splits; s += U * kTotalsGroups) {
         Acc p[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) p[u] = partials[(s + u * kTotalsGroups) * cols + c];
+        for (int u = 0; u < U; ++u) {
+          if (s + u * kTotalsGroups < splits) p[u] = partials[(s + u * kTotalsGroups) * cols + c];
+        }
 #pragma unroll
-        for (int u = 0; u < U; ++u) acc[0] = R::combine(acc[0], p[u]);
+        for (int u = 0; u < U; ++u) {
+          if (s + u * kTotalsGroups < splits) acc[0] = R::combine(acc[0], p[u]);
+        }
       }
-      for (; s < splits; s += kTotalsGroups) acc[0] = R::combine(acc[0], partials[s * cols + c]);
     }
     merge_row_groups<R, 1, kTotalsBlock>(acc, lane, group, kTotalsGroups, kTotalsLanes);
     if (group == 0 && c < cols) finish(c, acc[0]);
