@@ -47,10 +47,12 @@ struct LaunchTuning {
   // MYBACKEND_BN_BLOCKS_PER_SM: blocks wanted per SM (0: as many as one SM
   // holds at once, from the compiled kernel's occupancy: one full wave)
   int bn_blocks_per_sm = 0;
-  int bn_chunk_passes = 4;  // MYBACKEND_BN_CHUNK_PASSES: unrolled passes a chunk has at least
+  int bn_chunk_passes = 2;  // MYBACKEND_BN_CHUNK_PASSES: unrolled passes a chunk has at least
   // MYBACKEND_BN_MAX_LANES: threads of a block across the channels at most
-  // (the rest walk rows; Note [Channel tiles]). 32 and 4 passes: the best
-  // ResNet-50 training step of the H200 sweep (2026-11-26, docs/performance.md).
+  // (the rest walk rows; Note [Channel tiles]). 32 lanes and 2 passes: the
+  // best ResNet-50 training step of the H200 sweep with 4 passes (12.205 vs
+  // 12.196 ms), whose bf16 gradients at batch 2 fell under eager's cosine
+  // against fp32 where 2 and 8 passes did not (docs/performance.md, 2026-11-26).
   int bn_max_lanes = 32;
   // MYBACKEND_BN_MIN_BLOCKS: the chunk stage's __launch_bounds__ blocks per
   // SM (0: the compiler's register choice)

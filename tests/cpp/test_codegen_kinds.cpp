@@ -689,7 +689,7 @@ const char* fake_env(const char* name) {
   if (n == "MYBACKEND_SOFTMAX_BLOCK") return "256";
   if (n == "MYBACKEND_BN_BLOCKS_PER_SM") return "0";
   if (n == "MYBACKEND_BN_MIN_BLOCKS") return "5";  // not allowed: default
-  if (n == "MYBACKEND_BN_CHUNK_PASSES") return "2";
+  if (n == "MYBACKEND_BN_CHUNK_PASSES") return "16";
   if (n == "MYBACKEND_BN_MAX_LANES") return "48";  // not a power of two: default
   if (n == "MYBACKEND_NORM_WIDE_WARPS_PER_SM") return "1024";
   return nullptr;
@@ -712,7 +712,7 @@ TEST(CodegenTuning, KnobsParseOrFallBackToDefaults) {
   EXPECT_NE(t.to_string().find("softmax_block=256"), std::string::npos);
   EXPECT_EQ(t.bn_blocks_per_sm, 0);
   EXPECT_EQ(t.bn_min_blocks, defaults.bn_min_blocks);
-  EXPECT_EQ(t.bn_chunk_passes, 2);
+  EXPECT_EQ(t.bn_chunk_passes, 16);
   EXPECT_EQ(t.bn_max_lanes, defaults.bn_max_lanes);
   EXPECT_EQ(t.norm_wide_warps_per_sm, 1024);
   EXPECT_NE(t.to_string().find("norm_wide_warps_per_sm=1024"), std::string::npos);
