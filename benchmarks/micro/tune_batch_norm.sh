@@ -2,7 +2,7 @@
 # Sweep of the batch-norm reductions' launch knobs (docs/performance.md,
 # "Tuning knobs of generated kernels") over ResNet-50's layer shapes.
 #
-#   bash benchmarks/micro/tune_batch_norm.sh                 # about 3 minutes on an H100
+#   bash benchmarks/micro/tune_batch_norm.sh                 # about 4 minutes on an H200
 #   bash benchmarks/micro/tune_batch_norm.sh "MYBACKEND_BN_ROW_UNROLL=2" ...   # your own settings
 #
 # Each setting is one process (the knobs are read once per process) running
@@ -24,6 +24,8 @@ else
     "MYBACKEND_BN_ROW_UNROLL=8"
     "MYBACKEND_BN_CHUNK_PASSES=4"
     "MYBACKEND_BN_CHUNK_PASSES=16"
+    "MYBACKEND_BN_MAX_LANES=64"
+    "MYBACKEND_BN_MAX_LANES=256 MYBACKEND_BN_CHUNK_PASSES=8"
     "MYBACKEND_BN_MIN_BLOCKS=4"
   )
 fi
