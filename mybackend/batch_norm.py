@@ -34,9 +34,12 @@ launch of its own (casts of the gradients aside when the weight is not
 fp32).
 
 The C++ core generates both reductions (Note [Batch-norm reductions] in
-src_cpp/fusion/norm_lowering.h). Where the layout is still NCHW at
-lowering (a 4-d batch norm no convolution feeds), or a kernel cannot run,
-the ops' ATen implementations below run instead. On the CPU, in fp64, and
+src_cpp/fusion/norm_lowering.h); the backward sums recompute the ReLU
+gradient they read instead of reading it stored (Note [A ReLU gradient
+recomputed by its batch-norm sums] in lowering/batch_norm_gradients.py).
+Where the layout is still NCHW at lowering (a 4-d batch norm no
+convolution feeds), or a kernel cannot run, the ops' ATen implementations
+below run instead. On the CPU, in fp64, and
 for other ranks that are not channels-innermost, the decompositions
 decline and aot_autograd keeps ATen's op whole.
 """
