@@ -68,7 +68,7 @@ def copy_batch_norm_gradients(gm: torch.fx.GraphModule, *, recompile: bool = Tru
         others = [u for u in grad.users if u.target is not reduce_op.default]
         if not others and len(sums) == 1:
             continue  # its only reader: the sums take the ops as they are
-        chain = _producers(grad)
+        chain = _producers(grad, position)
         if not chain or not _readable_leaves(chain, x):
             continue
         if others and not _fuse_with_readers(grad, sums, others, position):
@@ -87,9 +87,9 @@ def _tensor(node: object) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _producers(grad: torch.fx.Node) -> list[torch.fx.Node]:
-    """The pointwise ops of grad's shape computing grad, in graph order;
-    empty when there are none or too many."""
+def _producers(grad: torch.fx.Node, position: dict[torch.fx.Node, int]) -> list[torch.fx.Node]:
+    """The pointwise ops of grad's shape computing grad, in graph order
+    (`position`); empty when there are none or too many."""
     value = _tensor(grad)
     if value is None or value.device.type != "cuda" or not is_elementwise(grad):
         return []
@@ -106,8 +106,7 @@ def _producers(grad: torch.fx.Node) -> list[torch.fx.Node]:
             found = _tensor(source)
             if is_elementwise(source) and found is not None and found.shape == value.shape:
                 pending.append(source)
-    order = {node: k for k, node in enumerate(grad.graph.nodes)}
-    return sorted(chain, key=order.__getitem__)
+    return sorted(chain, key=position.__getitem__)
 
 
 def _readable_leaves(chain: list[torch.fx.Node], x: object) -> bool:
