@@ -169,43 +169,31 @@ std::string prologue_load_struct(const NormSpec& spec) {
   return src.str();
 }
 
-// The prologue's parameters in0, ... and the Load functor built from them.
-std::string prologue_load(const PointwiseSpec& prologue, Entry& e) {
+// The tensor `name` as the device template reads it: the stored tensor in
+// `stored`'s reader (mb::StoredRows for x, mb::StoredGrad for the
+// batch-norm sums' dy, Note [Gradient readers]), or the Load functor built
+// from the prologue's parameters in0, ...
+void tensor_reader(const NormSpec& spec, const std::string& stored, const std::string& name,
+                   const Names& n, Entry& e) {
+  if (!spec.prologue) {
+    e.pointer_param(n.t, name, true);
+    e.call_args.push_back(stored + "<" + n.t + ">{" + name + "}");
+    return;
+  }
   std::string load = "Load{";
-  for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
-    const std::string name = "in" + std::to_string(k);
-    e.pointer_param(std::string(storage_type(prologue.inputs[k].dtype)), name, true);
-    load += (k ? ", " : "") + name;
+  for (std::size_t k = 0; k < spec.prologue->inputs.size(); ++k) {
+    const std::string in = "in" + std::to_string(k);
+    e.pointer_param(std::string(storage_type(spec.prologue->inputs[k].dtype)), in, true);
+    load += (k ? ", " : "") + in;
   }
-  return load + "}";
-}
-
-// x as the device template reads it: stored, or through the prologue.
-void x_reader(const NormSpec& spec, const Names& n, Entry& e) {
-  if (!spec.prologue) {
-    e.pointer_param(n.t, "x", true);
-    e.call_args.push_back("mb::StoredRows<" + n.t + ">{x}");
-    return;
-  }
-  e.call_args.push_back(prologue_load(*spec.prologue, e));
-}
-
-// The batch-norm backward's dy (Note [Gradient readers] in
-// device/mb_batch_norm.cuh): stored, or through the prologue.
-void grad_reader(const NormSpec& spec, const Names& n, Entry& e) {
-  if (!spec.prologue) {
-    e.pointer_param(n.t, "grad_out", true);
-    e.call_args.push_back("mb::StoredGrad<" + n.t + ">{grad_out}");
-    return;
-  }
-  e.call_args.push_back(prologue_load(*spec.prologue, e));
+  e.call_args.push_back(load + "}");
 }
 
 // The register-path entry, or with `row_block` the row-per-block one (Note
 // [Wide rows for few rows]).
 std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e, bool row_block) {
   const bool rms = spec.kind == NormKind::RmsNormForward;
-  x_reader(spec, n, e);
+  tensor_reader(spec, "mb::StoredRows", "x", n, e);
   e.optional_pointer(spec.has_weight, n.w, "weight", true);
   e.optional_pointer(spec.has_bias, n.w, "bias", true);
   e.pointer(n.to, "y", false);
@@ -253,7 +241,7 @@ std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& part
                                Entry& totals) {
   const bool stats = spec.kind == NormKind::BatchNormStats;
   const std::string partial = stats ? "mb::Welford<float>" : "mb::Pair<float>";
-  if (!stats) grad_reader(spec, n, partials);
+  if (!stats) tensor_reader(spec, "mb::StoredGrad", "grad_out", n, partials);
   partials.pointer(n.t, "x", true);
   if (!stats) partials.pointer("float", "mean", true);
   partials.pointer(partial, "partials", false);

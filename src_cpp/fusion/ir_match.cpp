@@ -128,4 +128,12 @@ bool same_shape(const TensorType& a, const TensorType& b) {
   return true;
 }
 
+bool same_strides(const TensorType& a, const TensorType& b) {
+  if (a.rank() != b.rank()) return false;
+  for (std::size_t d = 0; d < a.strides.size(); ++d) {
+    if (!same_dim(a.strides[d], b.strides[d])) return false;
+  }
+  return true;
+}
+
 }  // namespace mybackend::ir_match

@@ -39,5 +39,6 @@ std::vector<NodeId> views_then_cast(const GraphIndex& index, ValueId value,
                                     const std::function<bool(NodeId)>& usable);
 bool same_dim(const Dim& a, const Dim& b);
 bool same_shape(const TensorType& a, const TensorType& b);
+bool same_strides(const TensorType& a, const TensorType& b);
 
 }  // namespace mybackend::ir_match

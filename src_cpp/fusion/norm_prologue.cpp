@@ -4,20 +4,10 @@
 #include <set>
 #include <vector>
 
+#include "fusion/ir_match.h"
 #include "fusion/prologue.h"
 
 namespace mybackend {
-namespace {
-
-bool same_strides(const TensorType& a, const TensorType& b) {
-  if (a.strides.size() != b.strides.size()) return false;
-  for (std::size_t d = 0; d < a.strides.size(); ++d) {
-    if (a.strides[d].str() != b.strides[d].str()) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 std::string take_norm_prologue(const GraphIndex& index,
                                const std::function<bool(NodeId)>& available, NormMatch* match) {
@@ -57,7 +47,7 @@ std::string take_norm_prologue(const GraphIndex& index,
     if (value.kind != ValueKind::Tensor || space_key(value.tensor) != rows)
       return "prologue not taken: " + value.name + " is not read as " + read +
              "'s rows (broadcast)";
-    if (layout != nullptr && !same_strides(value.tensor, *layout))
+    if (layout != nullptr && !ir_match::same_strides(value.tensor, *layout))
       return "prologue not taken: " + value.name + " is not laid out as x";
   }
   for (TensorArg& in : prologue.inputs) in = TensorArg{in.dtype, IndexMode::Contiguous, 0};

@@ -11,6 +11,7 @@ namespace {
 
 using ir_match::int_list_arg;
 using ir_match::same_dim;
+using ir_match::same_strides;
 using ir_match::tensor_arg;
 
 constexpr const char* kMaxPool2d = "aten::max_pool2d_with_indices.default";
@@ -160,14 +161,6 @@ int channel_vector(const TensorType& space) {
   const Dim& channels = space.sizes[1];
   while (vector > 1 && channels.is_static() && channels.static_value() % vector != 0) vector /= 2;
   return vector;
-}
-
-bool same_strides(const TensorType& a, const TensorType& b) {
-  if (a.rank() != b.rank()) return false;
-  for (std::size_t d = 0; d < a.strides.size(); ++d) {
-    if (!same_dim(a.strides[d], b.strides[d])) return false;
-  }
-  return true;
 }
 
 std::shared_ptr<const PoolGroup> build_pool_group(const GraphIndex& index, const PoolNode& pool,
