@@ -64,18 +64,17 @@ _MAX_ROUNDS = 64
 
 
 def _is_channels_last(value: Any) -> bool:
-    """Channels-last, and unambiguously so: a 1x1 tensor [K, C, 1, 1] with
-    NCHW strides passes ``is_contiguous(channels_last)`` too, but aten's
-    layout suggestion reads it as NCHW and has cuDNN copy the input to match,
-    so 1x1 spatial sizes need the canonical strides (.., 1, C, C)."""
-    if not isinstance(value, torch.Tensor) or value.dim() != 4:
-        return False
-    if not value.is_contiguous(memory_format=_CHANNELS_LAST):
-        return False
-    _, c, h, w = value.shape
-    if isinstance(h, int) and isinstance(w, int) and h == w == 1 and isinstance(c, int):
-        return tuple(value.stride()[1:]) == (1, c, c)
-    return True
+    """Channels-last in memory. A tensor with 1x1 spatial sizes, such as a
+    1x1 convolution's weight [K, C, 1, 1], lists its elements in the same
+    order in both layouts whatever the strides of its size-1 dims say, so it
+    needs no copy (Note [Size-one strides] in src_cpp/runtime/conv_group.cpp:
+    the convolution describes it to cuDNN with the strides of the layout it
+    runs in)."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 4
+        and value.is_contiguous(memory_format=_CHANNELS_LAST)
+    )
 
 
 def _planned_convolutions(graph: torch.fx.Graph) -> list[torch.fx.Node]:

@@ -41,7 +41,7 @@ struct ConvGeometry {
 struct ConvFpropArgs {
   at::Tensor x;         // N, C, spatial...: any strides cuDNN accepts
   at::Tensor w;         // K, C / groups, kernel...
-  at::Tensor bias;      // undefined, or 1-D [K] of x's dtype
+  at::Tensor bias;      // undefined, or K elements of x's dtype: 1-D, or dense of any rank
   at::Tensor scale;     // undefined, or 1-D [K] f32 (a folded inference batch norm)
   at::Tensor shift;     // with scale: 1-D [K] f32
   at::Tensor residual;  // undefined, or y's sizes and dtype

@@ -3,11 +3,40 @@
 #ifdef MYBACKEND_WITH_CUDNN
 
 #include <ATen/ATen.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/util/strides.h>
 
 #include "libs/cudnn_conv.h"
 
 namespace mybackend {
 namespace {
+
+// Note [Size-one strides]
+// A dense tensor's stride along a dim of size 1 says nothing about its
+// memory: a 1x1 convolution's weight [K, C, 1, 1] with strides (C, 1, 1, 1)
+// is contiguous and channels-last at once (the channels-last plan reads it as
+// it is, lowering/layout.py). cuDNN infers the layout from the strides, so
+// every operand is described with the strides of the layout the convolution
+// runs in, as ATen's own cuDNN descriptors do: a view of the same memory,
+// never a copy.
+at::Tensor in_layout(const at::Tensor& t, c10::MemoryFormat format) {
+  // is_contiguous first: no dispatcher call for the usual dense operand.
+  at::Tensor dense = t.is_contiguous(format) ? t : t.contiguous(format);
+  const c10::IntArrayRef sizes = dense.sizes();
+  std::vector<std::int64_t> strides;
+  switch (format) {
+    case c10::MemoryFormat::ChannelsLast: strides = c10::get_channels_last_strides_2d(sizes); break;
+    case c10::MemoryFormat::ChannelsLast3d:
+      strides = c10::get_channels_last_strides_3d(sizes);
+      break;
+    default: {
+      const c10::DimVector contiguous = c10::contiguous_strides(sizes);
+      strides.assign(contiguous.begin(), contiguous.end());
+    }
+  }
+  if (dense.strides() == c10::IntArrayRef(strides)) return dense;
+  return dense.as_strided(sizes, strides);
+}
 
 class ConvGroup final : public LibraryGroup {
  public:
@@ -31,8 +60,7 @@ class ConvGroup final : public LibraryGroup {
 
  private:
   bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
-    return spec_->direction == ConvDirection::Forward ? forward(slots, bindings)
-                                                      : backward(slots);
+    return spec_->direction == ConvDirection::Forward ? forward(slots, bindings) : backward(slots);
   }
 
   // Note [Conv layout]: eager's cudnn_conv_suggest_memory_format.
@@ -78,8 +106,8 @@ class ConvGroup final : public LibraryGroup {
     if (std::string p = operand_problem(x_in, w_in); !p.empty()) return fail(p);
     const c10::MemoryFormat format = layout(*x_in, *w_in);
     cudnn::ConvFpropArgs args;
-    args.x = x_in->contiguous(format);
-    args.w = w_in->contiguous(format);
+    args.x = in_layout(*x_in, format);
+    args.w = in_layout(*w_in, format);
     args.geometry = geometry_;
     std::vector<std::int64_t> sizes;
     for (const Dim& d : graph_.value(spec.output).tensor.sizes) {
@@ -90,7 +118,10 @@ class ConvGroup final : public LibraryGroup {
     if (spec.bias >= 0) {
       const at::Tensor* bias = tensor(slots, spec.bias);
       if (bias == nullptr) return fail("the bias is not a tensor");
-      args.bias = bias->reshape({bias->numel()}).contiguous();  // [C], [C,1,1] or [1,C,1,1]
+      // [C], [C,1,1] or [1,C,1,1]: cuDNN reads K elements with a stride.
+      args.bias = bias->dim() == 1 || bias->is_contiguous()
+                      ? *bias
+                      : bias->reshape({bias->numel()}).contiguous();
     }
     if (spec.batch_norm && !batch_norm_scale_shift(slots, args.scale, args.shift))
       return fail("the batch norm's statistics are not tensors");
@@ -98,7 +129,7 @@ class ConvGroup final : public LibraryGroup {
       const at::Tensor* residual = tensor(slots, spec.residual);
       if (residual == nullptr || residual->sizes() != c10::IntArrayRef(sizes))
         return fail("the residual is not a tensor of the output's sizes");
-      args.residual = residual->contiguous(format);
+      args.residual = in_layout(*residual, format);
     }
     args.relu = spec.relu;
     args.y = at::empty(sizes, args.x.options().memory_format(format));
@@ -117,17 +148,17 @@ class ConvGroup final : public LibraryGroup {
         dy_in->device() != x_in->device() || dy_in->dim() != x_in->dim())
       return fail("grad_output is not a tensor like the input");
     const c10::MemoryFormat format = layout(*x_in, *w_in);
-    const at::Tensor dy = dy_in->contiguous(format);
+    const at::Tensor dy = in_layout(*dy_in, format);
     at::Tensor dx, dw, db;
     if (spec.grad_input >= 0) {
       dx = at::empty(x_in->sizes(), x_in->options().memory_format(format));
-      if (std::string p = cudnn::conv_dgrad(dy, w_in->contiguous(format), geometry_, dx);
+      if (std::string p = cudnn::conv_dgrad(dy, in_layout(*w_in, format), geometry_, dx);
           !p.empty())
         return fail("dgrad: " + p);
     }
     if (spec.grad_weight >= 0) {
       dw = at::empty(w_in->sizes(), w_in->options().memory_format(format));
-      if (std::string p = cudnn::conv_wgrad(dy, x_in->contiguous(format), geometry_, dw);
+      if (std::string p = cudnn::conv_wgrad(dy, in_layout(*x_in, format), geometry_, dw);
           !p.empty())
         return fail("wgrad: " + p);
     }

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.autograd import DeviceType
 
 from mybackend import _C
 from tests.testing import compiled_records
@@ -328,3 +329,47 @@ def test_residual_block_training_step_matches_eager() -> None:
     # Training batch norm reads each convolution's output: plain conv_fprop groups.
     _assert_all_ran(records, "forward", 2)
     _assert_all_ran(records, "backward", 2)
+
+
+def _gpu_activity(fn: Any) -> tuple[Any, list[str]]:
+    """fn's result and the names of the kernels, copies and fills it ran on
+    the GPU (not the runtime calls that launched them: libraries query
+    function attributes on some calls and not on others)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    return result, [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+def test_a_one_by_one_weight_with_contiguous_strides_is_read_in_place() -> None:
+    """Note [Size-one strides]: a 1x1 weight [K, C, 1, 1] with contiguous
+    strides beside a channels-last input is channels-last in memory. The
+    graph copies it nowhere, and cuDNN runs the same kernels, and no copy,
+    as for the same weight with channels-last strides."""
+
+    def conv_relu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(nn.functional.conv2d(x, w, b))
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(128, 64, 1, 1, device="cuda", dtype=torch.bfloat16) / 8
+    b = torch.randn(128, device="cuda", dtype=torch.bfloat16)
+    w_channels_last = w.clone(memory_format=torch.channels_last)
+    assert w.stride() == (64, 1, 1, 1) and w_channels_last.stride() == (64, 1, 64, 64)
+
+    runs = {}
+    for name, weight in (("contiguous", w), ("channels_last", w_channels_last)):
+        torch._dynamo.reset()
+        compiled = torch.compile(conv_relu, backend="mybackend", options={"strict": True})
+        with torch.no_grad():
+            _, records = compiled_records(lambda: compiled(x, weight, b))  # noqa: B023
+            _assert_all_ran(records, "inference", 1)
+            (record,) = records
+            assert not [
+                n for n in record.gm.graph.nodes if n.target is torch.ops.aten.clone.default
+            ]
+            got, runs[name] = _gpu_activity(lambda: compiled(x, weight, b))  # noqa: B023
+        torch.testing.assert_close(got, conv_relu(x, weight, b), rtol=2e-2, atol=2e-2)
+    assert not [n for n in runs["contiguous"] if "memcpy" in n.lower() or "copy" in n.lower()], runs
+    assert runs["contiguous"] == runs["channels_last"], runs

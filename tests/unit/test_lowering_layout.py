@@ -76,11 +76,15 @@ def test_convolutions_read_channels_last_and_results_match() -> None:
     for conv in _nodes(planned, aten.convolution.default):
         for operand in conv.args[:2]:
             assert operand.meta["val"].is_contiguous(memory_format=torch.channels_last), conv
-    # The input and both weights are converted (the 1x1 weight too: its NCHW
-    # strides are ambiguous, and aten would read it as NCHW); the second conv
-    # reads the first one's output as it is.
+    # The input and the 3x3 weight are converted; the 1x1 weight lists its
+    # elements in channels-last order already (Note [Size-one strides]) and
+    # is read as it is, as the second conv reads the first one's output.
     layouts = [str(n.kwargs["memory_format"]) for n in _nodes(planned, aten.clone.default)]
-    assert layouts.count("torch.channels_last") == 3
+    assert layouts.count("torch.channels_last") == 2
+    one_by_one = [
+        c for c in _nodes(planned, aten.convolution.default) if c.args[1].op == "placeholder"
+    ]
+    assert len(one_by_one) == 1 and one_by_one[0].args[1].meta["val"].shape[2:] == (1, 1)
     assert copies == len(layouts)
     with torch.no_grad():
         expected = module(x)
@@ -103,7 +107,9 @@ def test_autocast_converts_the_casts_and_not_the_activations_between_convolution
         for n in _nodes(planned, aten.clone.default)
         if n.kwargs["memory_format"] == torch.channels_last
     ]
-    assert [c.args[0].target for c in clones] == [aten._to_copy.default] * 3, clones
+    # The input's and the 3x3 weight's casts; the 1x1 weight's cast is
+    # channels-last in memory already (Note [Size-one strides]).
+    assert [c.args[0].target for c in clones] == [aten._to_copy.default] * 2, clones
     assert copies == len(_nodes(planned, aten.clone.default))
     for conv in _nodes(planned, aten.convolution.default):
         assert conv.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last), conv
