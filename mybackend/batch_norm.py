@@ -206,7 +206,9 @@ def batch_norm_backward(
         count = x.numel() // x.shape[1]
         invstd = save_invstd.view(shape)
         xhat = (x.float() - save_mean.view(shape)) * invstd
-        mean_terms = (grad_bias.view(shape) + xhat * grad_weight.view(shape)) / count
+        # Times 1/n, as ATen's kernel scales by its norm_fct: a division would
+        # be an IEEE division per element in the generated kernel.
+        mean_terms = (grad_bias.view(shape) + xhat * grad_weight.view(shape)) * (1.0 / count)
         grad = (grad_out.float() - mean_terms) * invstd
         if weight is not None:
             grad = grad * weight.float().view(shape)
