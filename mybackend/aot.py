@@ -39,6 +39,7 @@ from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_
 from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
 from mybackend.lowering.mutations import batch_input_mutations
+from mybackend.lowering.permuted_cats import write_permuted_cats
 from mybackend.lowering.scatter_adds import fold_scatter_adds
 from mybackend.lowering.widening_casts import split_widening_casts
 from mybackend.options import Options
@@ -193,15 +194,18 @@ def _compile_now(
             copied = copy_batch_norm_gradients(planned, recompile=False)
             split = split_widening_casts(planned, recompile=False)
         folded = fold_scatter_adds(planned, recompile=False)
-        if copied or split or folded:
+        cats = write_permuted_cats(planned, recompile=False)
+        if copied or split or folded or cats:
             planned.recompile()
             log.debug(
                 "%s: %d batch-norm gradients copied for their sums, %d widening casts copied "
-                "per reader, %d scatter sums folded",
+                "per reader, %d scatter sums folded, %d permuted copies written by their "
+                "concatenation",
                 name,
                 copied,
                 split,
                 folded,
+                cats,
             )
         lowered = lower(planned, example_inputs)
         stage_times.append(("lowering", time.perf_counter() - start))
