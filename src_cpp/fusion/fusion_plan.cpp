@@ -78,7 +78,7 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
         cuda && (options.matmul || options.conv || options.generated_kernels || options.attention);
     if (engines && !index) {
       index = std::make_unique<GraphIndex>(graph);
-      matmul = std::make_unique<MatmulPlanner>(*index, options.autotune);
+      matmul = std::make_unique<MatmulPlanner>(*index, options.autotune, options.generated_kernels);
       conv = std::make_unique<ConvPlanner>(*index);
       pointwise = std::make_unique<PointwisePlanner>(*index, options);
     }

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "fusion/ir_match.h"
+#include "fusion/pointwise_planner.h"
 
 namespace mybackend {
 namespace {
@@ -71,8 +72,11 @@ struct MatmulPlanner::Context {
   }
 };
 
-MatmulPlanner::MatmulPlanner(const GraphIndex& index, bool autotune)
-    : index_(index), graph_(index.graph), autotune_(autotune) {}
+MatmulPlanner::MatmulPlanner(const GraphIndex& index, bool autotune, bool generated_kernels)
+    : index_(index),
+      graph_(index.graph),
+      autotune_(autotune),
+      generated_kernels_(generated_kernels) {}
 
 // Follows transposes of the last two dims back from `value`; a transpose
 // joins the group when only the group reads it.
@@ -275,9 +279,27 @@ void MatmulPlanner::match_output_cast(MatmulSpec& spec, Context& ctx) const {
   if (chain.empty()) return;
   const ValueId upcast = graph_.node(chain.back()).outputs[0];
   if (graph_.value(upcast).tensor.dtype != DType::Float32) return;
+  if (generated_kernels_ && read_only_by_elementwise(upcast, ctx)) return;
   ctx.members.insert(chain.begin(), chain.end());
   spec.output = upcast;
   spec.out_dtype = DType::Float32;
+}
+
+// `value` is no graph output and every reader is an unclaimed elementwise
+// op of the partition with a result of its shape: a generated kernel can
+// read it through the cast (the pointwise planner moves a cast only into a
+// group of its own shape).
+bool MatmulPlanner::read_only_by_elementwise(ValueId value, const Context& ctx) const {
+  const auto& readers = index_.readers[static_cast<std::size_t>(value)];
+  if (readers.empty() || index_.graph_output[static_cast<std::size_t>(value)]) return false;
+  const TensorType& cast = graph_.value(value).tensor;
+  return std::all_of(readers.begin(), readers.end(), [&](NodeId r) {
+    const Node& reader = graph_.node(r);
+    return ctx.partition.count(r) && !ctx.claimed->claimed(r) &&
+           pointwise_candidate_problem(graph_, reader).empty() && reader.outputs.size() == 1 &&
+           graph_.value(reader.outputs[0]).kind == ValueKind::Tensor &&
+           ir_match::same_shape(graph_.value(reader.outputs[0]).tensor, cast);
+  });
 }
 
 void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,

@@ -35,7 +35,14 @@
 //   precision training has one per weight gradient (mm in bf16, then
 //   `_to_copy` to the f32 parameter's dtype); fused, the gradient skips a
 //   16-bit round trip through memory and a launch, and is rounded once
-//   instead of twice (closer to the f32 reference than eager is).
+//   instead of twice (closer to the f32 reference than eager is). Not when
+//   generated kernels run and the upcast's readers are all elementwise: the
+//   cast then rides into their kernel (Note [Widening casts ride with their
+//   readers] in pointwise_planner.h), the product stores 16 bits and the
+//   kernel reads 16, where an f32 product is stored and read at 32. ViT's
+//   GELU backward reads the MLP's output-projection gradient so: 38.7 M
+//   elements a layer at batch 64, 155 MB of traffic more per layer in f32
+//   (the kernel ran at 106 us a layer on an H100, Inductor's at 85).
 // A group must stay convex (GraphIndex::convex): no path may leave it and
 // re-enter; otherwise the bias-gradient sum stays outside.
 #pragma once
@@ -55,7 +62,11 @@ std::string matmul_candidate_problem(const Graph& graph, const Node& node);
 class MatmulPlanner {
  public:
   // `autotune`: the specs ask for timed algorithm choice (MatmulSpec::autotune).
-  explicit MatmulPlanner(const GraphIndex& index, bool autotune = false);
+  // `generated_kernels`: elementwise ops run in generated kernels, so an
+  // upcast read only by them rides into their kernel (Note [Products written
+  // in f32]).
+  explicit MatmulPlanner(const GraphIndex& index, bool autotune = false,
+                         bool generated_kernels = false);
   // Claims the matmul groups of one partition (Note [Claimed groups]), each
   // with its nodes (ascending), spec and why; products that cannot be
   // planned are refused with the reason (for the aten_sequence group's why).
@@ -68,11 +79,13 @@ class MatmulPlanner {
   void match_epilogue(MatmulSpec& spec, Context& ctx) const;
   void match_bias_grad(MatmulSpec& spec, Context& ctx) const;
   void match_output_cast(MatmulSpec& spec, Context& ctx) const;
+  bool read_only_by_elementwise(ValueId value, const Context& ctx) const;
   bool match_residual(MatmulSpec& spec, ValueId residual, const TensorType& sum) const;
 
   const GraphIndex& index_;
   const Graph& graph_;
   bool autotune_ = false;
+  bool generated_kernels_ = false;
 };
 
 }  // namespace mybackend

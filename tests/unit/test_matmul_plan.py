@@ -298,6 +298,30 @@ def test_an_upcast_product_is_written_in_f32() -> None:
     assert "out_dtype=f32" in mm["spec"] and "written in f32" in mm["why"]
 
 
+def test_an_upcast_read_by_elementwise_ops_rides_into_their_kernel() -> None:
+    """Note [Products written in f32]: with generated kernels, an upcast that
+    only elementwise ops read joins their kernel, which reads the 16-bit
+    product (ViT's GELU backward); without them it joins the product."""
+    a, b = torch.randn(6, 8, dtype=BF16), torch.randn(8, 4, dtype=BF16)
+    x = torch.randn(3, 2, 4, dtype=BF16)
+
+    def gelu_backward_like(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        grad = (a @ b).view(3, 2, 4).float()
+        return (grad * torch.erf(x.float())).to(BF16)
+
+    gm = _on_fake_cuda(gelu_backward_like, a, b, x, decompose=True)
+    kernels, ops = _kernels(gm, generated_kernels=True)
+    (mm,) = [k for k in kernels if k["kind"] == "matmul"]
+    assert "out_dtype" not in mm["spec"], mm["spec"]
+    (pointwise,) = [k for k in kernels if k["kind"] == "pointwise"]
+    assert "aten::_to_copy.default" in [ops[n] for n in pointwise["nodes"]]
+    assert "f32" not in [
+        line.split()[1] for line in pointwise["spec"].splitlines() if line.strip().startswith("in")
+    ]
+    (mm,) = _matmuls(gm)  # generated kernels off: the upcast joins the product
+    assert "out_dtype=f32" in mm["spec"], mm["spec"]
+
+
 def _with_product(product: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return product.float(), product
 
