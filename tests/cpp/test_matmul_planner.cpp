@@ -277,6 +277,48 @@ TEST(MatmulPlanner, PointwiseGroupsNeverWrapAroundAMatmulGroup) {
   EXPECT_NE(p.plan.to_string().find("matmul nodes=[2,3]"), std::string::npos);
 }
 
+// Note [Products written in f32]: mm (bf16) -> view -> upcast to f32, read
+// by `reader_is_elementwise ? mul : graph output`.
+struct UpcastProduct {
+  GraphBuilder b;
+  ValueId mm, cast;
+  explicit UpcastProduct(bool reader_is_elementwise) {
+    const TensorType t2 = tensor(BF16, {6, 4}), t3 = tensor(BF16, {3, 2, 4});
+    const TensorType f3 = tensor(DType::Float32, {3, 2, 4});
+    const ValueId x = b.add_input(out(tensor(BF16, {6, 8}), "x"));
+    const ValueId w = b.add_input(out(tensor(BF16, {8, 4}), "w"));
+    const ValueId g = b.add_input(out(f3, "g"));
+    mm = node1(b, "aten::mm.default", {v(x), v(w)}, t2, "mm");
+    const ValueId view = node1(b, "aten::view.default", {v(mm), ints({3, 2, 4})}, t3, "view");
+    cast =
+        node1(b, "aten::_to_copy.default", {v(view), Argument::of_dtype(DType::Float32)}, f3, "up");
+    if (reader_is_elementwise) {
+      b.set_outputs({v(node1(b, "aten::mul.Tensor", {v(cast), v(g)}, f3, "mul"))});
+    } else {
+      b.set_outputs({v(cast)});
+    }
+  }
+};
+
+TEST(MatmulPlanner, AnUpcastReadByElementwiseOpsRidesIntoTheirKernel) {
+  UpcastProduct read_by_mul(true);
+  Planned p = plan(read_by_mul.b);  // generated kernels on
+  EXPECT_EQ(only_matmul(p).out_dtype, BF16) << p.plan.to_string();
+  EXPECT_EQ(only_matmul(p).output, read_by_mul.mm);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{2, 3}));  // the cast and the mul
+
+  UpcastProduct without_generated_kernels(true);
+  Planned q = plan(without_generated_kernels.b, matmul_only());
+  EXPECT_EQ(only_matmul(q).out_dtype, DType::Float32);
+
+  UpcastProduct returned(false);  // a weight gradient's upcast is a graph output
+  Planned r = plan(returned.b);
+  EXPECT_EQ(only_matmul(r).out_dtype, DType::Float32);
+  EXPECT_EQ(only_matmul(r).output, returned.cast);
+}
+
 TEST(MatmulPlanner, CandidateProblemsNameTheReason) {
   Linear l(DType::Float64);
   l.b.set_outputs({v(l.product)});
