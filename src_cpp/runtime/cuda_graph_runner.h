@@ -12,7 +12,8 @@
 //    address (Note [Borrowed graph memory] in graph_memory.h: the backward
 //    reads the forward's saved activations in place). Every other tensor
 //    input is copied into a buffer the runner owns, skipped when the caller
-//    passes that buffer itself.
+//    passes that buffer itself; the copies of one replay are one batch
+//    (Note [Batched input copies] in cuda_graph_runner.cpp).
 //  * Outputs never change under the caller: each replay hands out fresh
 //    tensors over the graph's output memory, and before the next replay any
 //    of them the caller still holds is moved to memory of its own (one

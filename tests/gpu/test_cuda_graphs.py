@@ -37,6 +37,28 @@ def test_replay_follows_changing_input_values_and_addresses() -> None:
     assert stats["cuda_graph_replays"] >= 4
 
 
+def test_inputs_of_several_dtypes_and_layouts_are_copied_in_one_batch() -> None:
+    """Note [Batched input copies]: every non-static input is copied into the
+    graph's buffers before each replay, whatever its dtype or strides."""
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b.float() + c
+
+    compiled = torch.compile(fn, backend="mybackend", mode="reduce-overhead")
+    records = []
+    for _ in range(5):
+        a = torch.randn(32, 48, device="cuda")
+        b = torch.randn(32, 48, device="cuda", dtype=torch.bfloat16)
+        c = torch.randn(48, 32, device="cuda").t()  # transposed: the buffer keeps its strides
+        out, new = compiled_records(lambda a=a, b=b, c=c: compiled(a, b, c))
+        records += new
+        torch.testing.assert_close(out, fn(a, b, c))
+    stats = _stats(records)
+    assert stats["cuda_graph_captures"] == 1 and stats["cuda_graph_replays"] >= 4, stats
+    per_call = a.nbytes + b.nbytes + c.nbytes
+    assert stats["cuda_graph_input_bytes_copied"] >= 3 * per_call, stats
+
+
 def test_held_outputs_are_never_overwritten_by_a_replay() -> None:
     fn = torch.compile(lambda x: x.sin() + 1, backend="mybackend", mode="reduce-overhead")
     inputs = [torch.randn(128, device="cuda") for _ in range(4)]
