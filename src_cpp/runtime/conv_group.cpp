@@ -118,10 +118,8 @@ class ConvGroup final : public LibraryGroup {
     if (spec.bias >= 0) {
       const at::Tensor* bias = tensor(slots, spec.bias);
       if (bias == nullptr) return fail("the bias is not a tensor");
-      // [C], [C,1,1] or [1,C,1,1]: cuDNN reads K elements with a stride.
-      args.bias = bias->dim() == 1 || bias->is_contiguous()
-                      ? *bias
-                      : bias->reshape({bias->numel()}).contiguous();
+      // [C], [C,1,1] or [1,C,1,1]: cuDNN reads K adjacent elements.
+      args.bias = bias->is_contiguous() ? *bias : bias->reshape({bias->numel()}).contiguous();
     }
     if (spec.batch_norm && !batch_norm_scale_shift(slots, args.scale, args.shift))
       return fail("the batch norm's statistics are not tensors");
