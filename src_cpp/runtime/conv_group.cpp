@@ -6,6 +6,8 @@
 #include <c10/core/MemoryFormat.h>
 #include <c10/util/strides.h>
 
+#include <algorithm>
+
 #include "libs/cudnn_conv.h"
 
 namespace mybackend {
@@ -23,6 +25,8 @@ at::Tensor in_layout(const at::Tensor& t, c10::MemoryFormat format) {
   // is_contiguous first: no dispatcher call for the usual dense operand.
   at::Tensor dense = t.is_contiguous(format) ? t : t.contiguous(format);
   const c10::IntArrayRef sizes = dense.sizes();
+  // Without a dim of size 1, dense in `format` means that layout's strides.
+  if (std::find(sizes.begin(), sizes.end(), 1) == sizes.end()) return dense;
   std::vector<std::int64_t> strides;
   switch (format) {
     case c10::MemoryFormat::ChannelsLast: strides = c10::get_channels_last_strides_2d(sizes); break;
