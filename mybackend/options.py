@@ -116,12 +116,14 @@ class Options:
     )
     cudnn_attention: bool = _field(
         False,
-        "Experimental, off by default: run attention of CUDA partitions (the aten flash and "
-        "memory-efficient SDPA ops, forward and backward, and the matmul-softmax-matmul "
-        "pattern of inference graphs) as cuDNN SDPA graphs; where cuDNN cannot, the aten "
-        "kernel runs. Off because its forward measured slower than eager's kernel on an H100 "
-        "(2026-11-22); a bias over a key length that is not a multiple of 8 stays with aten "
-        "(docs/design/0009-attention.md).",
+        "Experimental, off by default: also run the aten flash and memory-efficient SDPA "
+        "ops (forward and backward) and the matmul-softmax-matmul pattern of inference graphs "
+        "of CUDA partitions as cuDNN SDPA graphs; where cuDNN cannot, the aten kernel runs. "
+        "Off because its forward measured slower than eager's flash kernel on an H100 "
+        "(2026-11-22). torch's own cuDNN SDPA ops (what sdpa picks on Hopper when it can) run "
+        "as mybackend's cuDNN graphs either way; disabled_op_classes=('attention',) leaves "
+        "all attention to aten. A bias over a key length that is not a multiple of 8 stays "
+        "with aten (docs/design/0009-attention.md).",
         True,
     )
     cudnn: bool = _field(
@@ -195,14 +197,15 @@ class Options:
             if (value := getattr(self, f.name)) != f.default
         }
 
-    def _disabled_classes(self) -> list[str]:
-        # With cudnn_attention off, the aten SDPA ops stay out of partitions
-        # and run as single eager calls, as before the attention engine
-        # (docs/design/0009-attention.md).
-        classes = list(self.disabled_op_classes)
-        if not self.cudnn_attention and "attention" not in classes:
-            classes.append("attention")
-        return classes
+    def _disabled_ops(self) -> list[str]:
+        # With cudnn_attention off, the aten flash and memory-efficient SDPA
+        # ops stay out of partitions and run as single eager calls, as before
+        # the attention engine; the aten cuDNN ones are planned either way,
+        # since their kernels are cuDNN's already (docs/design/0009-attention.md).
+        ops = list(self.disabled_ops)
+        if not self.cudnn_attention:
+            ops += [op for op in _NON_CUDNN_SDPA_OPS if op not in ops]
+        return ops
 
     def core_options(self, static_inputs: Sequence[int] = ()) -> dict[str, Any]:
         """The subset the C++ core reads (see bindings/compile.cpp)."""
@@ -217,11 +220,24 @@ class Options:
             "cudnn_attention": self.cudnn_attention,
             "cudnn": self.cudnn,
             "static_inputs": list(static_inputs),
-            "disabled_ops": list(self.disabled_ops),
-            "disabled_op_classes": self._disabled_classes(),
+            "disabled_ops": self._disabled_ops(),
+            "disabled_op_classes": list(self.disabled_op_classes),
             "min_partition_size": self.min_partition_size,
             "allow_single_node_partition": self.allow_single_node_partition,
         }
+
+
+_NON_CUDNN_SDPA_OPS = tuple(
+    f"aten::_scaled_dot_product_{kind}.default"
+    for kind in (
+        "flash_attention",
+        "flash_attention_backward",
+        "efficient_attention",
+        "efficient_attention_backward",
+        "flash_attention_for_cpu",
+        "flash_attention_for_cpu_backward",
+    )
+)
 
 
 def mode_preset(mode: str | None) -> dict[str, Any]:

@@ -69,7 +69,7 @@ CompileOptions compile_options_from(const py::dict& options) {
   if (options.contains("cublaslt")) out.fusion.matmul = options["cublaslt"].cast<bool>();
   if (options.contains("autotune")) out.fusion.autotune = options["autotune"].cast<bool>();
   if (options.contains("cudnn_attention"))
-    out.fusion.attention = options["cudnn_attention"].cast<bool>();
+    out.fusion.attention_beyond_cudnn_ops = options["cudnn_attention"].cast<bool>();
   if (options.contains("cudnn")) out.fusion.conv = options["cudnn"].cast<bool>();
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "fusion/attention_spec.h"
+#include "fusion/gradient_stack.h"
 #include "fusion/ir_match.h"
 
 namespace mybackend {
@@ -20,6 +21,8 @@ using ir_match::scalar_arg;
 using ir_match::swaps_last_two_dims;
 using ir_match::tensor_arg;
 
+constexpr const char* kCudnnForward = "aten::_scaled_dot_product_cudnn_attention.default";
+constexpr const char* kCudnnBackward = "aten::_scaled_dot_product_cudnn_attention_backward.default";
 constexpr const char* kFlashForward = "aten::_scaled_dot_product_flash_attention.default";
 constexpr const char* kFlashBackward = "aten::_scaled_dot_product_flash_attention_backward.default";
 constexpr const char* kEfficientForward = "aten::_scaled_dot_product_efficient_attention.default";
@@ -27,6 +30,8 @@ constexpr const char* kEfficientBackward =
     "aten::_scaled_dot_product_efficient_attention_backward.default";
 
 std::optional<AttentionSource> sdpa_source(const std::string& op) {
+  if (op == kCudnnForward) return AttentionSource::CudnnForward;
+  if (op == kCudnnBackward) return AttentionSource::CudnnBackward;
   if (op == kFlashForward) return AttentionSource::FlashForward;
   if (op == kFlashBackward) return AttentionSource::FlashBackward;
   if (op == kEfficientForward) return AttentionSource::EfficientForward;
@@ -72,6 +77,23 @@ std::vector<ValueId> read_outputs(const GraphIndex& index, const Node& node, std
   return out;
 }
 
+// Why `lse` cannot be cuDNN's Stats [B, H, Sq, 1] seen through strides;
+// empty when it can: f32 [B, H, L] (flash's, L = Sq; the memory-efficient
+// kernel pads L to a multiple of 32, which a forward writes through a view
+// but cuDNN's backward cannot read: `packed`) or cuDNN's own [B, H, Sq, 1].
+std::string logsumexp_problem(const Graph& graph, ValueId lse, ValueId q, bool packed) {
+  if (lse < 0) return "the logsumexp is not a tensor";
+  const TensorType& t = graph.value(lse).tensor;
+  const bool cudnn_form = t.rank() == 4 && same_dim(t.sizes[3], Dim(1));
+  if (t.dtype != DType::Float32 || (t.rank() != 3 && !cudnn_form))
+    return "the logsumexp is not an f32 [B, H, L] or [B, H, L, 1] tensor";
+  const Dim& q_len = graph.value(q).tensor.sizes[2];
+  if ((packed || cudnn_form) && !same_dim(t.sizes[2], q_len))
+    return "the logsumexp is padded past the query length (" + t.sizes[2].str() + " vs " +
+           q_len.str() + "); cuDNN needs it packed";
+  return {};
+}
+
 bool is_read(const GraphIndex& index, ValueId value) {
   const auto v = static_cast<std::size_t>(value);
   return !index.readers[v].empty() || index.graph_output[v];
@@ -88,52 +110,49 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
   spec.q = tensor_arg(graph, node, first);
   spec.k = tensor_arg(graph, node, first + 1);
   spec.v = tensor_arg(graph, node, first + 2);
-  const bool flash =
-      spec.source == AttentionSource::FlashForward || spec.source == AttentionSource::FlashBackward;
-  // Argument positions of dropout_p, is_causal and scale in each schema.
-  std::size_t dropout = 0, causal = 0, scale = 0;
+  // Argument positions of dropout_p, is_causal, scale, the bias (0: none),
+  // the debug-mask flag (0: none) and, in a backward, O and the logsumexp,
+  // in each schema.
+  struct Positions {
+    std::size_t dropout, causal, scale, bias, debug_mask, out, logsumexp;
+  };
+  Positions at{};
   switch (spec.source) {
-    case AttentionSource::FlashForward: dropout = 3, causal = 4, scale = 6; break;
-    case AttentionSource::EfficientForward: dropout = 5, causal = 6, scale = 7; break;
-    case AttentionSource::FlashBackward: dropout = 10, causal = 11, scale = 14; break;
-    case AttentionSource::EfficientBackward: dropout = 9, causal = 11, scale = 12; break;
+    case AttentionSource::CudnnForward: at = {5, 6, 8, 3, 7, 0, 0}; break;
+    case AttentionSource::FlashForward: at = {3, 4, 6, 0, 5, 0, 0}; break;
+    case AttentionSource::EfficientForward: at = {5, 6, 7, 3, 0, 0, 0}; break;
+    case AttentionSource::CudnnBackward: at = {13, 14, 15, 8, 0, 4, 5}; break;
+    case AttentionSource::FlashBackward: at = {10, 11, 14, 0, 0, 4, 5}; break;
+    case AttentionSource::EfficientBackward: at = {9, 11, 12, 4, 0, 5, 6}; break;
     case AttentionSource::Decomposed: return "not an SDPA node";
   }
   std::vector<ValueId> operands{spec.q, spec.k, spec.v};
   if (backward) {
     spec.grad_out = tensor_arg(graph, node, 0);
-    spec.out = tensor_arg(graph, node, flash ? 4 : 5);
-    spec.logsumexp = tensor_arg(graph, node, flash ? 5 : 6);
+    spec.out = tensor_arg(graph, node, at.out);
+    spec.logsumexp = tensor_arg(graph, node, at.logsumexp);
     operands.push_back(spec.out);
     operands.push_back(spec.grad_out);
-    if (spec.logsumexp < 0 || graph.value(spec.logsumexp).tensor.dtype != DType::Float32 ||
-        graph.value(spec.logsumexp).tensor.rank() != 3)
-      return "the logsumexp is not an f32 [B, H, L] tensor";
-    // The memory-efficient kernel pads its logsumexp to a multiple of 32
-    // queries; cuDNN's backward takes Stats packed as [B, H, L, 1].
-    const Dim& stats_len = graph.value(spec.logsumexp).tensor.sizes[2];
-    const Dim& q_len = graph.value(spec.q).tensor.sizes[2];
-    if (!same_dim(stats_len, q_len))
-      return "the logsumexp is padded past the query length (" + stats_len.str() + " vs " +
-             q_len.str() + "); cuDNN's backward needs it packed";
+    if (std::string problem = logsumexp_problem(graph, spec.logsumexp, spec.q, /*packed=*/true);
+        !problem.empty())
+      return problem;
   }
   if (std::string problem = operands_problem(graph, operands); !problem.empty()) return problem;
   spec.dtype = graph.value(spec.q).tensor.dtype;
-  const auto dropout_p = scalar_arg(node, dropout);
+  const auto dropout_p = scalar_arg(node, at.dropout);
   if (!dropout_p || *dropout_p != 0.0)
     return "dropout_p is not the literal 0 (cuDNN's dropout mask is not the aten kernel's)";
-  const auto is_causal = bool_arg(node, causal);
+  const auto is_causal = bool_arg(node, at.causal);
   if (!is_causal) return "is_causal is not a literal";
   spec.causal = *is_causal;
-  const auto softmax_scale = scale_of(graph, node, scale, spec.q);
+  const auto softmax_scale = scale_of(graph, node, at.scale, spec.q);
   if (!softmax_scale) return "the scale is not known at compile time";
   spec.scale = *softmax_scale;
-  if (spec.source == AttentionSource::FlashForward && bool_arg(node, 5).value_or(true))
+  if (at.debug_mask > 0 && bool_arg(node, at.debug_mask).value_or(true))
     return "a debug attention mask is asked for";
-  if (!flash) {
-    const std::size_t bias_index = backward ? 4 : 3;
-    if (!none_arg(node, bias_index)) {
-      spec.bias = tensor_arg(graph, node, bias_index);
+  if (at.bias > 0) {
+    if (!none_arg(node, at.bias)) {
+      spec.bias = tensor_arg(graph, node, at.bias);
       if (spec.bias < 0) return "the attention bias is not a tensor";
       const TensorType& bias = graph.value(spec.bias).tensor;
       if (bias.dtype != spec.dtype || bias.device != graph.value(spec.q).tensor.device ||
@@ -172,10 +191,11 @@ std::string plan_sdpa_node(const GraphIndex& index, const Node& node, AttentionS
   // Inference graphs read no logsumexp: cuDNN then computes no Stats.
   if (node.outputs.size() > 1 && is_read(index, node.outputs[1])) {
     spec.logsumexp = node.outputs[1];
-    const TensorType& lse = graph.value(spec.logsumexp).tensor;
-    if (graph.value(spec.logsumexp).kind != ValueKind::Tensor || lse.rank() != 3 ||
-        lse.dtype != DType::Float32)
-      return "the logsumexp output is not an f32 [B, H, L] tensor";
+    if (graph.value(spec.logsumexp).kind != ValueKind::Tensor)
+      return "the logsumexp output is not a tensor";
+    if (std::string problem = logsumexp_problem(graph, spec.logsumexp, spec.q, /*packed=*/false);
+        !problem.empty())
+      return problem;
   }
   spec.extra_outputs = read_outputs(index, node, 2);
   return {};
@@ -333,6 +353,7 @@ void claim(ClaimedGroups& claimed, std::set<NodeId> members, std::shared_ptr<Att
   group.spec = spec->to_string();
   group.why = "cuDNN SDPA graph for " + std::string(attention_source_name(spec->source)) +
               (spec->bias >= 0 ? " with bias" : "") + (spec->causal ? ", causal" : "") +
+              (spec->stack.value >= 0 ? ", gradients written into their concatenation" : "") +
               "; the aten op if cuDNN declines at run time";
   group.attention = std::move(spec);
   claimed.claim(std::move(group));
@@ -341,7 +362,7 @@ void claim(ClaimedGroups& claimed, std::set<NodeId> members, std::shared_ptr<Att
 }  // namespace
 
 void claim_attention_groups(const GraphIndex& index, const std::vector<NodeId>& partition_nodes,
-                            ClaimedGroups& claimed) {
+                            ClaimedGroups& claimed, bool beyond_cudnn_ops) {
   const Graph& graph = index.graph;
   const std::set<NodeId> partition(partition_nodes.begin(), partition_nodes.end());
   // Last node first: the second bmm of a decomposed chain is met before the
@@ -349,16 +370,30 @@ void claim_attention_groups(const GraphIndex& index, const std::vector<NodeId>& 
   for (auto it = partition_nodes.rbegin(); it != partition_nodes.rend(); ++it) {
     const Node& node = graph.node(*it);
     if (node.kind != NodeKind::Aten || claimed.claimed(node.id)) continue;
-    if (sdpa_source(node.op)) {
+    if (const auto source = sdpa_source(node.op)) {
+      const bool cudnn_op =
+          *source == AttentionSource::CudnnForward || *source == AttentionSource::CudnnBackward;
+      if (!cudnn_op && !beyond_cudnn_ops) continue;
       auto spec = std::make_shared<AttentionSpec>();
       if (std::string problem = plan_sdpa_node(index, node, *spec); !problem.empty()) {
         claimed.refuse(node.id, "no cuDNN SDPA group: " + problem);
         continue;
       }
-      claim(claimed, {node.id}, std::move(spec));
+      std::set<NodeId> members{node.id};
+      if (attention_is_backward(spec->source)) {
+        // Note [Gradients written stacked]
+        const auto usable = [&](NodeId n) { return partition.count(n) && !claimed.claimed(n); };
+        std::set<NodeId> stacked = members;
+        GradientStack stack = plan_gradient_stack(index, *spec, usable, stacked);
+        if (stack.value >= 0 && index.convex(stacked)) {
+          spec->stack = std::move(stack);
+          members = std::move(stacked);
+        }
+      }
+      claim(claimed, std::move(members), std::move(spec));
       continue;
     }
-    if (node.op != "aten::bmm.default") continue;
+    if (node.op != "aten::bmm.default" || !beyond_cudnn_ops) continue;
     Chain chain{index, partition, claimed, {}};
     auto spec = std::make_shared<AttentionSpec>();
     spec->source = AttentionSource::Decomposed;

@@ -5,10 +5,11 @@
 // its SDPA graph, not to two cuBLASLt calls.
 //
 // Note [Attention groups]
-// * aten SDPA nodes: _scaled_dot_product_flash_attention and
-//   _scaled_dot_product_efficient_attention (what sdpa dispatches to on CUDA
-//   for f16/bf16: flash without a mask, efficient with one; HF BERT and GPT-2
-//   pass a mask, so theirs are efficient) and their backward nodes, each a
+// * aten SDPA nodes: _scaled_dot_product_cudnn_attention (what sdpa
+//   dispatches to for f16/bf16 on an H100 in torch 2.11 when it can),
+//   _scaled_dot_product_flash_attention and
+//   _scaled_dot_product_efficient_attention (flash without a mask, efficient
+//   with one) and their backward nodes, each a
 //   group of one node, when q, k, v are 4-D f16/bf16 CUDA tensors of one
 //   dtype, dropout_p is the literal 0 (cuDNN's dropout RNG is not the aten
 //   kernels', so masks would differ between forward and backward pairs),
@@ -27,6 +28,9 @@
 //   group would have to produce it), all nodes in the partition, unclaimed,
 //   and the group convex. sdpa's own math path (f32 upcast and the
 //   fully-masked-row `where`) is not matched: it computes in f32.
+// * A backward group also takes the views and the concatenation its three
+//   gradients feed (Note [Gradients written stacked] in attention_spec.h)
+//   when that leaves the group convex.
 // Anything else is refused with the reason (explain() shows it).
 //
 // Note [Forward and backward agree]
@@ -50,9 +54,11 @@
 
 namespace mybackend {
 
-// Claims the attention groups of one partition (Note [Attention groups]);
-// SDPA nodes that cannot be planned are refused with the reason.
+// Claims the attention groups of one partition (Note [Attention groups]):
+// the aten cuDNN SDPA nodes, and with `beyond_cudnn_ops` the flash and
+// memory-efficient ones and the decomposed pattern too. SDPA nodes that
+// cannot be planned are refused with the reason.
 void claim_attention_groups(const GraphIndex& index, const std::vector<NodeId>& partition_nodes,
-                            ClaimedGroups& claimed);
+                            ClaimedGroups& claimed, bool beyond_cudnn_ops = true);
 
 }  // namespace mybackend

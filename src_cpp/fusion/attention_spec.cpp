@@ -13,6 +13,8 @@ std::string ref(const char* name, ValueId value) {
 
 std::string_view attention_source_name(AttentionSource source) {
   switch (source) {
+    case AttentionSource::CudnnForward: return "cudnn_forward";
+    case AttentionSource::CudnnBackward: return "cudnn_backward";
     case AttentionSource::FlashForward: return "flash_forward";
     case AttentionSource::FlashBackward: return "flash_backward";
     case AttentionSource::EfficientForward: return "efficient_forward";
@@ -23,7 +25,8 @@ std::string_view attention_source_name(AttentionSource source) {
 }
 
 bool attention_is_backward(AttentionSource source) {
-  return source == AttentionSource::FlashBackward || source == AttentionSource::EfficientBackward;
+  return source == AttentionSource::CudnnBackward || source == AttentionSource::FlashBackward ||
+         source == AttentionSource::EfficientBackward;
 }
 
 std::vector<ValueId> AttentionSpec::inputs() const {
@@ -40,7 +43,8 @@ std::vector<ValueId> AttentionSpec::inputs() const {
 std::vector<ValueId> AttentionSpec::outputs() const {
   std::vector<ValueId> written;
   if (attention_is_backward(source)) {
-    written = {grad_q, grad_k, grad_v};
+    written = stack.value >= 0 ? std::vector<ValueId>{stack.value}
+                               : std::vector<ValueId>{grad_q, grad_k, grad_v};
   } else {
     written.push_back(out);
     if (logsumexp >= 0) written.push_back(logsumexp);
@@ -60,6 +64,21 @@ std::string AttentionSpec::to_string() const {
   if (attention_is_backward(source)) {
     text += ref("grad_out", grad_out) + ref("grad_q", grad_q) + ref("grad_k", grad_k) +
             ref("grad_v", grad_v);
+    if (stack.value >= 0) {
+      text += "\n" + ref("stack", stack.value).substr(1) + " dim=" + std::to_string(stack.dim);
+      for (const StackedGradient& part : stack.parts) {
+        text += std::string(" ") + "qkv"[part.gradient] + "->%" + std::to_string(part.part) + "[";
+        for (std::size_t i = 0; i < part.views.size(); ++i) {
+          const StackView& view = part.views[i];
+          text += i ? " " : "";
+          text += view.kind == StackView::Kind::Permute     ? "permute"
+                  : view.kind == StackView::Kind::Unsqueeze ? "unsqueeze"
+                                                            : "transpose";
+          for (std::int64_t d : view.dims) text += "," + std::to_string(d);
+        }
+        text += "]";
+      }
+    }
   }
   if (!extra_outputs.empty()) {
     text += " extra=[";

@@ -88,7 +88,8 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     // prologue is what no reduction took); elementwise groups grow around
     // them.
     ClaimedGroups claimed;
-    if (cuda && options.attention) claim_attention_groups(*index, nodes, claimed);
+    if (cuda && options.attention)
+      claim_attention_groups(*index, nodes, claimed, options.attention_beyond_cudnn_ops);
     if (cuda && options.matmul) matmul->claim(nodes, claimed);
     if (cuda && options.conv) conv->claim(nodes, claimed);
     if (cuda && options.generated_kernels) {

@@ -183,9 +183,13 @@ struct FusionOptions {
   bool matmul = true;
   // Library algorithms chosen by timing, not by heuristic (option autotune).
   bool autotune = false;
-  // Attention (the aten SDPA ops and the decomposed matmul-softmax-matmul
-  // pattern) of CUDA partitions as cuDNN SDPA graphs (option cudnn_attention).
+  // The aten cuDNN SDPA ops of CUDA partitions as mybackend's own cuDNN SDPA
+  // graphs (their kernels are cuDNN's either way; ours can write a
+  // backward's gradients stacked, Note [Gradients written stacked]).
   bool attention = true;
+  // ... and the flash and memory-efficient SDPA ops and the decomposed
+  // matmul-softmax-matmul pattern too (option cudnn_attention).
+  bool attention_beyond_cudnn_ops = true;
   // Convolutions (forward with bias / inference batch norm / residual / relu
   // epilogues, and backward) of CUDA partitions as cuDNN graphs (option cudnn).
   bool conv = true;

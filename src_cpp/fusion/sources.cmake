@@ -11,6 +11,7 @@ list(APPEND CORE_SOURCES
   fusion/ir_match.cpp
   fusion/attention_spec.cpp
   fusion/attention_planner.cpp
+  fusion/gradient_stack.cpp
   fusion/conv_spec.cpp
   fusion/conv_planner.cpp
   fusion/reduction_lowering.cpp

@@ -101,8 +101,10 @@ void mark_output(const std::shared_ptr<fe::graph::Tensor_attributes>& attr, Uid 
       .set_stride(vec(t.strides()));
 }
 
-// The logsumexp buffer [B, H, L] as cuDNN's Stats [B, H, Sq, 1].
+// The logsumexp buffer as cuDNN's Stats [B, H, Sq, 1]: flash's and the
+// memory-efficient kernel's [B, H, L] (L >= Sq), or cuDNN's own already.
 at::Tensor stats_view(const at::Tensor& stats, std::int64_t sq) {
+  if (stats.dim() == 4) return stats;
   return stats.narrow(2, 0, sq).unsqueeze(3);
 }
 

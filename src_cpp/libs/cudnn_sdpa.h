@@ -34,13 +34,14 @@ struct SdpaForwardArgs {
   at::Tensor bias;  // undefined: none
   bool causal = false;
   double scale = 1.0;
-  at::Tensor out;    // [B, H, Sq, Dv]
-  at::Tensor stats;  // undefined (inference), or f32 [B, H, L >= Sq]: the row logsumexp
+  at::Tensor out;  // [B, H, Sq, Dv]
+  // Undefined (inference), or the row logsumexp: f32 [B, H, L >= Sq] or [B, H, Sq, 1].
+  at::Tensor stats;
 };
 
 struct SdpaBackwardArgs {
   at::Tensor q, k, v, bias, out, grad_out;
-  at::Tensor stats;  // f32 [B, H, L >= Sq], from a forward of either kind
+  at::Tensor stats;  // f32 [B, H, Sq] or [B, H, Sq, 1], from a forward of any kind
   bool causal = false;
   double scale = 1.0;
   at::Tensor grad_q, grad_k, grad_v;  // allocated by the caller

@@ -113,6 +113,47 @@ class AttentionGroup final : public LibraryGroup {
     return fill_extra_outputs(slots, bindings, q, args.k);
   }
 
+  // Note [Gradients written stacked]: each gradient is its part of
+  // `stacked` seen back through the views that made the part (undone last
+  // first). Returns why not when a view disagrees with the IR's sizes.
+  std::string stacked_gradients(const at::Tensor& stacked, const SymbolBindings& bindings,
+                                cudnn::SdpaBackwardArgs& args) const {
+    const GradientStack& stack = spec_->stack;
+    at::Tensor* gradients[3] = {&args.grad_q, &args.grad_k, &args.grad_v};
+    const ValueId ids[3] = {spec_->grad_q, spec_->grad_k, spec_->grad_v};
+    std::int64_t offset = 0;
+    for (const StackedGradient& part : stack.parts) {
+      const auto length =
+          graph_.value(part.part).tensor.sizes[static_cast<std::size_t>(stack.dim)].evaluate(
+              bindings);
+      if (!length) return "a part of the gradients' stack depends on an unbound symbol";
+      at::Tensor t = stacked.narrow(stack.dim, offset, *length);
+      offset += *length;
+      for (auto view = part.views.rbegin(); view != part.views.rend(); ++view) {
+        switch (view->kind) {
+          case StackView::Kind::Permute: {
+            std::vector<std::int64_t> inverse(view->dims.size());
+            for (std::size_t d = 0; d < view->dims.size(); ++d)
+              inverse[static_cast<std::size_t>(view->dims[d])] = static_cast<std::int64_t>(d);
+            t = t.permute(inverse);
+            break;
+          }
+          case StackView::Kind::Unsqueeze: t = t.squeeze(view->dims[0]); break;
+          case StackView::Kind::Transpose: t = t.transpose(view->dims[0], view->dims[1]); break;
+        }
+      }
+      const TensorType& type = graph_.value(ids[part.gradient]).tensor;
+      if (t.dim() != static_cast<std::int64_t>(type.sizes.size()))
+        return "a gradient's view of the stack has the wrong rank";
+      for (std::size_t d = 0; d < type.sizes.size(); ++d) {
+        if (type.sizes[d].evaluate(bindings) != t.size(static_cast<std::int64_t>(d)))
+          return "a gradient's view of the stack has the wrong sizes";
+      }
+      *gradients[part.gradient] = std::move(t);
+    }
+    return {};
+  }
+
   bool backward(ValueSlots& slots, const SymbolBindings& bindings) const {
     cudnn::SdpaForwardArgs in;
     if (!operands(slots, in)) return false;
@@ -135,12 +176,21 @@ class AttentionGroup final : public LibraryGroup {
         grad_out->strides() == out->strides()
             ? *grad_out
             : at::empty_strided(out->sizes(), out->strides(), grad_out->options()).copy_(*grad_out);
-    args.grad_q = empty_as_ir(spec_->grad_q, bindings, in.q.device());
-    args.grad_k = empty_as_ir(spec_->grad_k, bindings, in.q.device());
-    args.grad_v = empty_as_ir(spec_->grad_v, bindings, in.q.device());
+    at::Tensor stacked;
+    if (spec_->stack.value >= 0) {
+      stacked = empty_as_ir(spec_->stack.value, bindings, in.q.device());
+      if (!stacked.defined()) return fail("the gradients' stack depends on an unbound symbol");
+      if (std::string problem = stacked_gradients(stacked, bindings, args); !problem.empty())
+        return fail(problem);
+    } else {
+      args.grad_q = empty_as_ir(spec_->grad_q, bindings, in.q.device());
+      args.grad_k = empty_as_ir(spec_->grad_k, bindings, in.q.device());
+      args.grad_v = empty_as_ir(spec_->grad_v, bindings, in.q.device());
+    }
     if (!args.grad_q.defined() || !args.grad_k.defined() || !args.grad_v.defined())
       return fail("a gradient size depends on an unbound symbol");
     if (std::string problem = cudnn::sdpa_backward(args); !problem.empty()) return fail(problem);
+    if (stacked.defined()) slots[static_cast<std::size_t>(spec_->stack.value)] = stacked;
     slots[static_cast<std::size_t>(spec_->grad_q)] = args.grad_q;
     slots[static_cast<std::size_t>(spec_->grad_k)] = args.grad_k;
     slots[static_cast<std::size_t>(spec_->grad_v)] = args.grad_v;
@@ -152,8 +202,7 @@ class AttentionGroup final : public LibraryGroup {
 
 }  // namespace
 
-RunnerResult make_attention_runner(const Graph& graph,
-                                   std::shared_ptr<const AttentionSpec> spec) {
+RunnerResult make_attention_runner(const Graph& graph, std::shared_ptr<const AttentionSpec> spec) {
   return {std::make_unique<AttentionGroup>(graph, std::move(spec)), ""};
 }
 

@@ -110,11 +110,13 @@ TEST(AttentionPlanner, OptionOffPlansNoAttention) {
 // The efficient backward, as aot's backward graph has it for a masked sdpa.
 struct EfficientBackward {
   GraphBuilder b;
-  ValueId grad, q, k, v_, bias, o, lse;
+  ValueId grad, q, k, v_, bias, o, lse, other = -1;
   std::vector<ValueId> outs;
   // `stats` is the logsumexp length: the aten kernel pads it to a multiple
-  // of 32 queries.
-  explicit EfficientBackward(bool grad_bias, std::int64_t seq = 128, std::int64_t stats = 128) {
+  // of 32 queries. `more`: the caller adds nodes and sets the outputs, and
+  // the graph has one more [2, 4, seq, 64] input, `other`.
+  explicit EfficientBackward(bool grad_bias, std::int64_t seq = 128, std::int64_t stats = 128,
+                             bool more = false) {
     const TensorType bhsd = tensor(BF16, {2, 4, seq, 64});
     grad = b.add_input(out(bhsd, "grad"));
     q = b.add_input(out(bhsd, "q"));
@@ -125,6 +127,7 @@ struct EfficientBackward {
     lse = b.add_input(out(tensor(DType::Float32, {2, 4, stats}), "lse"));
     const ValueId seed = b.add_input(out(tensor(DType::Int64, {}), "seed"));
     const ValueId offset = b.add_input(out(tensor(DType::Int64, {}), "offset"));
+    if (more) other = b.add_input(out(bhsd, "other"));
     std::vector<Argument> mask{flag(true), flag(true), flag(true), flag(grad_bias)};
     outs = b.add_node(NodeKind::Aten, kEfficientBackward,
                       {v(grad), v(q), v(k), v(v_), v(bias), v(o), v(lse), v(seed), v(offset),
@@ -134,7 +137,7 @@ struct EfficientBackward {
                       "efficient_backward");
     std::vector<Argument> results{v(outs[0]), v(outs[1]), v(outs[2])};
     if (grad_bias) results.push_back(v(outs[3]));
-    b.set_outputs(results);
+    if (!more) b.set_outputs(results);
   }
 };
 
@@ -151,6 +154,138 @@ TEST(AttentionPlanner, EfficientBackwardWithBiasIsOneGroup) {
   EXPECT_EQ(spec.grad_v, g.outs[2]);
   EXPECT_DOUBLE_EQ(spec.scale, 0.125);
   EXPECT_EQ(spec.inputs(), (std::vector<ValueId>{g.q, g.k, g.v_, g.bias, g.o, g.lse, g.grad}));
+}
+
+// Note [Gradients written stacked]: the backward of timm's qkv split, after
+// Note [Permuted concatenations]: each gradient unsqueezed at 0, permuted
+// to [B, S, 1, H, D] and concatenated along dim 2.
+struct StackedBackward : EfficientBackward {
+  ValueId stacked = -1;
+  std::vector<NodeId> views;
+  // `order`: which gradient (0 q, 1 k, 2 v) is the cat's part 0, 1, 2.
+  explicit StackedBackward(std::vector<int> order = {0, 1, 2}, bool dk_returned = false)
+      : EfficientBackward(false, 128, 128, /*more=*/true) {
+    std::vector<ValueId> parts(3);
+    for (int g = 0; g < 3; ++g) {
+      const ValueId one = node1(b, "aten::unsqueeze.default", {v(outs[g]), Argument::of_int(0)},
+                                tensor(BF16, {1, 2, 4, 128, 64}), "unsqueeze");
+      parts[g] = node1(b, "aten::permute.default", {v(one), ints({1, 3, 0, 2, 4})},
+                       tensor(BF16, {2, 128, 1, 4, 64}), "permute");
+    }
+    stacked =
+        node1(b, "aten::cat.default",
+              {Argument::of_list({v(parts[order[0]]), v(parts[order[1]]), v(parts[order[2]])}),
+               Argument::of_int(2)},
+              tensor(BF16, {2, 128, 3, 4, 64}), "cat");
+    if (dk_returned) {
+      b.set_outputs({v(stacked), v(outs[1])});
+    } else {
+      b.set_outputs({v(stacked)});
+    }
+  }
+};
+
+TEST(AttentionPlanner, GradientsReadOnlyByOneConcatenationAreWrittenIntoIt) {
+  StackedBackward g({2, 0, 1});
+  Planned p = plan(g.b, defaults());
+  const KernelGroup& group = only_attention(p);
+  EXPECT_EQ(group.nodes.size(), 8u);  // the backward, 3 x (unsqueeze, permute), the cat
+  const AttentionSpec& spec = *group.attention;
+  ASSERT_EQ(spec.stack.value, g.stacked);
+  EXPECT_EQ(spec.stack.dim, 2);
+  ASSERT_EQ(spec.stack.parts.size(), 3u);
+  EXPECT_EQ(spec.stack.parts[0].gradient, 2);
+  EXPECT_EQ(spec.stack.parts[1].gradient, 0);
+  EXPECT_EQ(spec.stack.parts[2].gradient, 1);
+  const auto& views = spec.stack.parts[0].views;
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].kind, StackView::Kind::Unsqueeze);
+  EXPECT_EQ(views[0].dims, (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(views[1].kind, StackView::Kind::Permute);
+  EXPECT_EQ(views[1].dims, (std::vector<std::int64_t>{1, 3, 0, 2, 4}));
+  EXPECT_EQ(spec.outputs(), (std::vector<ValueId>{g.stacked}));
+  EXPECT_NE(group.spec.find("stack=%"), std::string::npos) << group.spec;
+  EXPECT_NE(group.why.find("written into their concatenation"), std::string::npos);
+}
+
+TEST(AttentionPlanner, AGradientReadElsewhereIsNotStacked) {
+  StackedBackward g({0, 1, 2}, /*dk_returned=*/true);
+  Planned p = plan(g.b, defaults());
+  const KernelGroup& group = only_attention(p);
+  EXPECT_EQ(group.attention->stack.value, -1);
+  EXPECT_EQ(group.nodes.size(), 1u);
+  EXPECT_EQ(group.attention->outputs(), (std::vector<ValueId>{g.outs[0], g.outs[1], g.outs[2]}));
+}
+
+TEST(AttentionPlanner, AConcatenationOfOtherTensorsToo) {
+  EfficientBackward g(false, 128, 128, /*more=*/true);
+  const ValueId cat =
+      node1(g.b, "aten::cat.default",
+            {Argument::of_list({v(g.outs[0]), v(g.outs[1]), v(g.outs[2]), v(g.other)}),
+             Argument::of_int(1)},
+            tensor(BF16, {2, 16, 128, 64}), "cat");
+  g.b.set_outputs({v(cat)});
+  Planned p = plan(g.b, defaults());
+  EXPECT_EQ(only_attention(p).attention->stack.value, -1);
+}
+
+// The aten cuDNN SDPA pair as aot's graphs have them (what sdpa picks on an
+// H100 in torch 2.11): cuDNN's own logsumexp [B, H, S, 1].
+const char* kCudnnForward = "aten::_scaled_dot_product_cudnn_attention.default";
+const char* kCudnnBackward = "aten::_scaled_dot_product_cudnn_attention_backward.default";
+
+struct CudnnPair {
+  GraphBuilder b;
+  std::vector<ValueId> forward, grads;
+  CudnnPair() {
+    const TensorType bhsd = tensor(BF16, {2, 4, 128, 64});
+    const ValueId q = b.add_input(out(bhsd, "q"));
+    const ValueId k = b.add_input(out(bhsd, "k"));
+    const ValueId vv = b.add_input(out(bhsd, "v"));
+    const ValueId grad = b.add_input(out(bhsd, "grad"));
+    forward = b.add_node(
+        NodeKind::Aten, kCudnnForward,
+        {v(q), v(k), v(vv), none(), flag(true), f(0.0), flag(false), flag(false), none()},
+        {out(bhsd), out(tensor(DType::Float32, {2, 4, 128, 1})), opaque_out(), opaque_out(),
+         int_out(), int_out(), out(tensor(DType::Int64, {}, "meta")),
+         out(tensor(DType::Int64, {}, "meta")), opaque_out()},
+        "cudnn_attention");
+    grads = b.add_node(
+        NodeKind::Aten, kCudnnBackward,
+        {v(grad), v(q), v(k), v(vv), v(forward[0]), v(forward[1]), v(forward[6]), v(forward[7]),
+         none(), none(), none(), v(forward[4]), v(forward[5]), f(0.0), flag(false), none()},
+        {out(bhsd), out(bhsd), out(bhsd)}, "cudnn_attention_backward");
+    b.set_outputs({v(grads[0]), v(grads[1]), v(grads[2])});
+  }
+};
+
+TEST(AttentionPlanner, TheAtenCudnnPairIsPlannedEvenWithoutCudnnAttention) {
+  CudnnPair g;
+  FusionOptions options;
+  options.attention_beyond_cudnn_ops = false;  // option cudnn_attention off: the default
+  Planned p = plan(g.b, options);
+  auto groups = p.groups(KernelKind::Attention);
+  ASSERT_EQ(groups.size(), 2u) << p.plan.to_string();
+  const AttentionSpec* forward = groups[0]->attention.get();
+  const AttentionSpec* backward = groups[1]->attention.get();
+  if (attention_is_backward(forward->source)) std::swap(forward, backward);
+  EXPECT_EQ(forward->source, AttentionSource::CudnnForward);
+  EXPECT_EQ(forward->logsumexp, g.forward[1]);
+  EXPECT_DOUBLE_EQ(forward->scale, 0.125);
+  EXPECT_EQ(backward->source, AttentionSource::CudnnBackward);
+  EXPECT_EQ(backward->out, g.forward[0]);
+  EXPECT_EQ(backward->logsumexp, g.forward[1]);
+  EXPECT_EQ(backward->grad_q, g.grads[0]);
+  EXPECT_FALSE(backward->causal);
+}
+
+TEST(AttentionPlanner, WithoutCudnnAttentionFlashIsLeftToItsAtenKernel) {
+  Flash g;
+  g.b.set_outputs({v(g.outs[0])});
+  FusionOptions options;
+  options.attention_beyond_cudnn_ops = false;
+  Planned p = plan(g.b, options);
+  EXPECT_TRUE(p.groups(KernelKind::Attention).empty());
 }
 
 TEST(AttentionPlanner, BiasGradientFallsBack) {
