@@ -7,10 +7,17 @@
 namespace mybackend {
 namespace {
 
-// convolution_backward's gradients that output_mask leaves out are None (an
-// opaque value to the IR), not tensors the runtime could not handle.
+// The gradients a backward op's output_mask (its last argument) leaves out
+// are None (an opaque value to the IR), not tensors the runtime could not
+// handle: a layer norm without bias asks for no grad_bias.
 bool masked_out_output(const Node& node, std::size_t index) {
-  if (node.op != "aten::convolution_backward.default" || node.args.empty()) return false;
+  static const char* const kMasked[] = {
+      "aten::convolution_backward.default", "aten::native_layer_norm_backward.default",
+      "aten::native_batch_norm_backward.default", "aten::native_group_norm_backward.default",
+      "aten::_fused_rms_norm_backward.default"};
+  const bool masked_op = std::any_of(std::begin(kMasked), std::end(kMasked),
+                                     [&node](const char* op) { return node.op == op; });
+  if (!masked_op || node.args.empty()) return false;
   const Argument& mask = node.args.back();
   return mask.kind == Argument::Kind::List && index < mask.items.size() &&
          mask.items[index].kind == Argument::Kind::Bool && !mask.items[index].b;

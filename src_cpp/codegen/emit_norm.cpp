@@ -100,6 +100,10 @@ Names names_of(const NormSpec& spec) {
   if (spec.prologue) {
     for (const TensorArg& in : spec.prologue->inputs) dtypes.push_back(in.dtype);
   }
+  if (spec.epilogue) {
+    for (const TensorArg& in : spec.epilogue->inputs) dtypes.push_back(in.dtype);
+    for (const PwOutput& out : spec.epilogue->outputs) dtypes.push_back(out.tensor.dtype);
+  }
   // Batch norm's reductions read x and grad_out (of x's dtype) by vectors
   // of x's width, a prologue's inputs by as many elements (a bool mask:
   // 8 bytes to bf16's 16); their fp32 results are per channel.
@@ -125,6 +129,13 @@ std::vector<DType> stored_dtypes(const NormSpec& spec) {
     case NormKind::LogSoftmaxBackward:
     case NormKind::CrossEntropyBackward: return {spec.dtype};
     default: break;
+  }
+  // An epilogue's functions are as exact as its outputs need, as in a
+  // pointwise kernel.
+  if (spec.epilogue) {
+    std::vector<DType> stored;
+    for (const PwOutput& out : spec.epilogue->outputs) stored.push_back(out.tensor.dtype);
+    return stored;
   }
   // Norms may store fp32 statistics and parameter grads; they need no
   // approximate function anyway.
@@ -167,6 +178,63 @@ std::string prologue_load_struct(const NormSpec& spec) {
     src << emit::dense_vec_member(prologue, "in", "mb_prologue");
   src << "};\n\n";
   return src.str();
+}
+
+// Note [Norm epilogues]: the Store functor a backward norm hands its
+// grad_in to, which the entry constructs from its parameters ein1, ...
+// (the epilogue's other inputs) and eout0, ... (what it stores).
+std::string epilogue_store_struct(const NormSpec& spec) {
+  const PointwiseSpec& epilogue = *spec.epilogue;
+  const std::vector<bool> used = emit::used_inputs(epilogue);
+  std::ostringstream src, body;
+  src << emit::body_function(epilogue, "mb_epilogue") << "\nstruct Store {\n";
+  body << "  template <int N, class A>\n  __device__ __forceinline__ void store(const I i, "
+          "const A (&x0)[N]) const {\n";
+  for (std::size_t k = 1; k < epilogue.inputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    const DType dtype = epilogue.inputs[k].dtype;
+    src << "  const " << storage_type(dtype) << "* __restrict__ ein" << n << ";\n";
+    body << "    " << emit::compute_type(dtype) << " x" << n << "[N];\n";
+    if (used[k]) body << "    mb::load_compute<N>(ein" << n << " + i, x" << n << ");\n";
+  }
+  for (std::size_t k = 0; k < epilogue.outputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    const DType dtype = epilogue.outputs[k].tensor.dtype;
+    src << "  " << storage_type(dtype) << "* __restrict__ eout" << n << ";\n";
+    body << "    " << emit::compute_type(dtype) << " y" << n << "[N];\n";
+  }
+  body << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_epilogue("
+       << emit::body_call_args(epilogue, "x", "[k]", "s", "y", "[k]") << ");\n";
+  for (std::size_t k = 0; k < epilogue.outputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    body << "    mb::store_compute<N>(eout" << n << " + i, y" << n << ");\n";
+  }
+  body << "  }\n";
+  return src.str() + body.str() + "};\n\n";
+}
+
+// The kernel's grad_in as the device template writes it: the stored tensor
+// (mb::StoredOut), or the Store functor of the epilogue's parameters.
+void grad_in_writer(const NormSpec& spec, const Names& n, Entry& e) {
+  if (!spec.epilogue) {
+    e.pointer_param(n.t, "grad_in", false);
+    e.call_args.push_back("mb::StoredOut<" + n.t + ">{grad_in}");
+    return;
+  }
+  const PointwiseSpec& epilogue = *spec.epilogue;
+  std::string store = "Store{";
+  std::string sep;
+  for (std::size_t k = 1; k < epilogue.inputs.size(); ++k, sep = ", ") {
+    const std::string name = "ein" + std::to_string(k);
+    e.pointer_param(std::string(storage_type(epilogue.inputs[k].dtype)), name, true);
+    store += sep + name;
+  }
+  for (std::size_t k = 0; k < epilogue.outputs.size(); ++k, sep = ", ") {
+    const std::string name = "eout" + std::to_string(k);
+    e.pointer_param(std::string(storage_type(epilogue.outputs[k].tensor.dtype)), name, false);
+    store += sep + name;
+  }
+  e.call_args.push_back(store + "}");
 }
 
 // The tensor `name` as the device template reads it: the stored tensor in
@@ -291,11 +359,11 @@ std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Ent
   e.optional_pointer(!rms, n.stats, "mean", true);
   e.pointer(n.stats, "rstd", true);
   e.optional_pointer(spec.has_weight, n.w, "weight", true);
-  e.pointer(n.t, "grad_in", false);
+  grad_in_writer(spec, n, e);
   e.sizes(false);
   std::string src =
       e.write("mb::norm_backward_input<" + n.t + ", " + n.w + ", I, " + std::to_string(n.vec) +
-              ", " + b(rms) + ", " + b(spec.has_weight) + ">");
+              ", " + std::to_string(n.chunks) + ", " + b(rms) + ", " + b(spec.has_weight) + ">");
   const bool has_bias = spec.has_bias && !rms;
   if (!spec.param_grads || !(spec.has_weight || has_bias)) return src;
   const std::string pair = "mb::Pair<" + n.stats + ">";
@@ -334,10 +402,13 @@ EmittedKernel emit_norm(const NormSpec& spec) {
   main.abi.name = base;
   main.abi.block_x = spec.threads;
   main.abi.elements_per_thread = n.vec;
-  const bool forward =
+  // Entries with a register path (Note [Rows in registers]): the launcher
+  // sizes row groups by row_elements_per_thread, as the device does.
+  const bool register_path =
       spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward ||
-      spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward;
-  if (forward) main.abi.row_elements_per_thread = n.vec * n.chunks;
+      spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward ||
+      spec.kind == NormKind::LayerNormBackward || spec.kind == NormKind::RmsNormBackward;
+  if (register_path) main.abi.row_elements_per_thread = n.vec * n.chunks;
   Entry partials, totals, wide;
   partials.abi.name = base + "_param_partials";
   totals.abi.name = base + "_param_totals";
@@ -385,7 +456,8 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << device_header(spec.kind) << "\"\n\n"
       << (partials.abi.params.empty() && !is_batch_norm(spec.kind) ? "" : outer_tile_assert())
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
-      << (spec.prologue ? prologue_load_struct(spec) : std::string()) << entries;
+      << (spec.prologue ? prologue_load_struct(spec) : std::string())
+      << (spec.epilogue ? epilogue_store_struct(spec) : std::string()) << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
   if (!wide.abi.name.empty()) kernel.entries.push_back(wide.abi);
   if (is_batch_norm(spec.kind)) kernel.entries.push_back(totals.abi);

@@ -172,6 +172,10 @@ std::string NormSpec::to_string() const {
     out << "  prologue:\n";
     indent_into(out, prologue->to_string(), "    ");
   }
+  if (epilogue) {
+    out << "  epilogue:\n";
+    indent_into(out, epilogue->to_string(), "    ");
+  }
   return out.str();
 }
 

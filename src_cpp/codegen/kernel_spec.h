@@ -249,6 +249,11 @@ struct NormSpec {
   bool index64 = false;
   int threads = 256;
   std::optional<PointwiseSpec> prologue;
+  // Backward layer and RMS norms (Note [Norm epilogues] in
+  // fusion/norm_epilogue.h): grad_in is not stored but becomes input 0 of
+  // these elementwise ops over [rows, cols]; their other inputs are dense
+  // tensors of that shape, and their outputs are what the kernel stores.
+  std::optional<PointwiseSpec> epilogue;
 
   std::string to_string() const;
   std::uint64_t hash() const;

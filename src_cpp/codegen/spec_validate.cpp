@@ -211,6 +211,28 @@ std::string check_norm_prologue(const NormSpec& spec) {
   return {};
 }
 
+// Note [Norm epilogues]: grad_in as input 0, dense inputs and outputs of its shape.
+std::string check_norm_epilogue(const NormSpec& spec) {
+  if (spec.kind != NormKind::LayerNormBackward && spec.kind != NormKind::RmsNormBackward)
+    return "only backward layer and RMS norms take an epilogue";
+  const PointwiseSpec& p = *spec.epilogue;
+  if (p.inputs.empty() || p.inputs[0].dtype != spec.dtype)
+    return "the epilogue's input 0 must be grad_in, of dtype " + name(spec.dtype);
+  if (p.outputs.empty()) return "the epilogue stores nothing";
+  for (const TensorArg& in : p.inputs) {
+    if (in.mode != IndexMode::Contiguous) return "epilogue inputs are read densely, as grad_in";
+  }
+  for (const PwOutput& out : p.outputs) {
+    if (out.tensor.mode != IndexMode::Contiguous)
+      return "epilogue outputs are written densely, as grad_in";
+  }
+  for (const PwScalar& s : p.scalars) {
+    if (s.is_argument) return "a norm epilogue takes no scalar arguments";
+  }
+  if (std::string problem = validate(p); !problem.empty()) return "epilogue: " + problem;
+  return {};
+}
+
 }  // namespace
 
 std::string validate(const NormSpec& spec) {
@@ -230,12 +252,14 @@ std::string validate(const NormSpec& spec) {
     if (spec.dtype == DType::Float64) return "cross-entropy kernels take fp32, bf16 or fp16 logits";
     if (spec.out_dtype != DType::Float32) return "cross-entropy losses are fp32";
     if (spec.has_weight || spec.has_bias) return "cross-entropy has no class weights here";
+    if (spec.prologue || spec.epilogue) return "cross-entropy takes no prologue or epilogue";
     return {};
   }
   if (is_batch_norm(spec.kind)) {
     if (spec.dtype == DType::Float64) return "batch-norm kernels take fp32, bf16 or fp16 data";
     if (spec.out_dtype != DType::Float32) return "batch-norm statistics are fp32";
     if (spec.has_weight || spec.has_bias) return "batch-norm reductions read no weight or bias";
+    if (spec.epilogue) return "batch-norm reductions take no epilogue";
     return spec.prologue ? check_norm_prologue(spec) : std::string();
   }
   // Note [Norm outputs in 16 bits]: a layer norm forward may write y in
@@ -244,7 +268,10 @@ std::string validate(const NormSpec& spec) {
     return "only softmax and layer norm forward may change the dtype";
   if (softmax && (spec.has_weight || spec.has_bias)) return "softmax has no weight or bias";
   if (spec.has_bias && !layer_norm) return "only layer norm has a bias";
-  if (spec.prologue) return check_norm_prologue(spec);
+  if (spec.prologue) {
+    if (std::string p = check_norm_prologue(spec); !p.empty()) return p;
+  }
+  if (spec.epilogue) return check_norm_epilogue(spec);
   return {};
 }
 

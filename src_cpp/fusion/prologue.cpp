@@ -60,4 +60,28 @@ std::string prologue_spec(const Graph& graph, const std::vector<NodeId>& nodes, 
   return {};
 }
 
+std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
+                                         const std::function<bool(NodeId)>& available,
+                                         std::set<NodeId>& members) {
+  const Graph& graph = index.graph;
+  const std::string key = space_key(graph.value(value).tensor);
+  std::priority_queue<NodeId, std::vector<NodeId>, std::greater<>> pending;
+  for (NodeId u : index.readers[static_cast<std::size_t>(value)]) pending.push(u);
+  std::vector<NodeId> taken;
+  while (!pending.empty()) {
+    const NodeId u = pending.top();
+    pending.pop();
+    if (!available(u) || members.count(u)) continue;
+    if (!elementwise_of_space(graph, graph.node(u), key)) continue;
+    std::set<NodeId> trial = members;
+    trial.insert(u);
+    if (!index.convex(trial)) continue;
+    members.swap(trial);
+    taken.push_back(u);
+    for (NodeId next : index.users[static_cast<std::size_t>(u)]) pending.push(next);
+  }
+  std::sort(taken.begin(), taken.end());
+  return taken;
+}
+
 }  // namespace mybackend

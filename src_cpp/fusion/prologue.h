@@ -31,6 +31,15 @@ std::vector<NodeId> elementwise_prologue(const GraphIndex& index, ValueId value,
                                          const std::function<bool(NodeId)>& available,
                                          std::set<NodeId>& members);
 
+// The elementwise consumers of `value` with `value`'s space, walked
+// forwards from its readers (lowest node first), each taken only while
+// `members` (the group so far, which gains each node taken) stays convex:
+// what a kernel producing `value` can compute as its epilogue. Returns the
+// nodes taken, ascending.
+std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
+                                         const std::function<bool(NodeId)>& available,
+                                         std::set<NodeId>& members);
+
 // The SSA of prologue `nodes` (ascending) over `value`'s space: one output,
 // `value` converted to `dtype` (it gives only the dtype: the kernel takes
 // the value, nothing is stored), of rank value's rank. Its inputs load

@@ -1,10 +1,10 @@
 #include "fusion/reduction_planner.h"
 
 #include <functional>
-#include <queue>
 #include <set>
 
 #include "capability/registry.h"
+#include "fusion/norm_epilogue.h"
 #include "fusion/norm_lowering.h"
 #include "fusion/norm_prologue.h"
 #include "fusion/prologue.h"
@@ -40,6 +40,8 @@ struct Claimer {
     }
     const std::string prologue = take_norm_prologue(
         index, [this](NodeId p) { return free(p); }, &match);
+    const std::string epilogue = take_norm_epilogue(
+        index, [this](NodeId p) { return free(p); }, &match);
     KernelGroup group;
     group.kind = KernelKind::Norm;
     group.nodes = match.nodes;
@@ -49,30 +51,8 @@ struct Claimer {
         kind_text(match.group->spec.kind) + " as one generated row-wise kernel" +
         (match.nodes.size() > 1 ? " (replaces " + std::to_string(match.nodes.size()) + " ATen ops)"
                                 : "") +
-        (prologue.empty() ? "" : ", " + prologue);
+        (prologue.empty() ? "" : ", " + prologue) + (epilogue.empty() ? "" : ", " + epilogue);
     claimed.claim(std::move(group));
-  }
-
-  std::vector<NodeId> epilogue_of(const ReductionNode& r, NodeId reduction,
-                                  std::set<NodeId>& members) {
-    const Graph& graph = index.graph;
-    const std::string key = space_key(graph.value(r.output).tensor);
-    std::priority_queue<NodeId, std::vector<NodeId>, std::greater<>> pending;  // lowest first
-    for (NodeId u : index.users[static_cast<std::size_t>(reduction)]) pending.push(u);
-    std::vector<NodeId> epilogue;
-    while (!pending.empty()) {
-      const NodeId u = pending.top();
-      pending.pop();
-      if (!free(u) || members.count(u)) continue;
-      if (!elementwise_of_space(graph, graph.node(u), key)) continue;
-      std::set<NodeId> trial = members;
-      trial.insert(u);
-      if (!index.convex(trial)) continue;
-      members.swap(trial);
-      epilogue.push_back(u);
-      for (NodeId next : index.users[static_cast<std::size_t>(u)]) pending.push(next);
-    }
-    return epilogue;
   }
 
   void try_reduction(NodeId n) {
@@ -87,7 +67,8 @@ struct Claimer {
     std::set<NodeId> members = {n};
     const std::vector<NodeId> prologue = elementwise_prologue(
         index, r.input, [this](NodeId p) { return free(p); }, members);
-    const std::vector<NodeId> epilogue = epilogue_of(r, n, members);
+    const std::vector<NodeId> epilogue = elementwise_epilogue(
+        index, r.output, [this](NodeId p) { return free(p); }, members);
     const bool lone = prologue.empty() && epilogue.empty();
     std::string why;
     std::shared_ptr<const ReductionGroup> built =

@@ -17,6 +17,7 @@ list(APPEND CORE_SOURCES
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
   fusion/norm_prologue.cpp
+  fusion/norm_epilogue.cpp
   fusion/reduction_planner.cpp
   fusion/prologue.cpp
   fusion/pool_planner.cpp)

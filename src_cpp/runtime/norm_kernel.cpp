@@ -33,14 +33,27 @@ int norm_prologue_input(const std::string& name) {
   return k;
 }
 
+int norm_epilogue_tensor(const std::string& name, const char* prefix) {
+  const std::size_t n = std::char_traits<char>::length(prefix);
+  if (name.size() <= n || name.compare(0, n, prefix) != 0) return -1;
+  return norm_prologue_input("in" + name.substr(n));
+}
+
 bool norm_reads_rows(const std::string& name) {
-  return name == "x" || name == "grad_out" || name == "out" || norm_prologue_input(name) >= 0;
+  return name == "x" || name == "grad_out" || name == "out" || norm_prologue_input(name) >= 0 ||
+         norm_epilogue_tensor(name, "ein") >= 0;
 }
 
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
   if (spec.prologue) {
     if (const int k = norm_prologue_input(name); k >= 0)
       return spec.prologue->inputs.at(static_cast<std::size_t>(k)).dtype;
+  }
+  if (spec.epilogue) {
+    if (const int k = norm_epilogue_tensor(name, "ein"); k >= 0)
+      return spec.epilogue->inputs.at(static_cast<std::size_t>(k)).dtype;
+    if (const int k = norm_epilogue_tensor(name, "eout"); k >= 0)
+      return spec.epilogue->outputs.at(static_cast<std::size_t>(k)).tensor.dtype;
   }
   if (is_batch_norm(spec.kind)) {
     if (name == "running_mean" || name == "running_var" || name == "new_running_mean" ||

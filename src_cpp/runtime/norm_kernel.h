@@ -34,8 +34,12 @@ class NormKernel final : public GroupKernel<NormGroup> {
 // k for a prologue input's parameter "in<k>" (Note [Norm prologues]), else -1.
 int norm_prologue_input(const std::string& name);
 
-// Tensors read as whole [rows, cols] rows: x, grad_out, out, or the
-// prologue's inputs in x's (or grad_out's) place.
+// k for an epilogue tensor's parameter "<prefix><k>" ("ein" for its inputs,
+// "eout" for what it stores; Note [Norm epilogues]), else -1.
+int norm_epilogue_tensor(const std::string& name, const char* prefix);
+
+// Tensors read as whole [rows, cols] rows: x, grad_out, out, the prologue's
+// inputs in x's (or grad_out's) place, or the epilogue's inputs.
 bool norm_reads_rows(const std::string& name);
 
 // The dtype of the kernel tensor a norm group names `name` ("x", "weight",

@@ -92,6 +92,34 @@ void layer_norm(GraphBuilder& b, DType dtype) {
   b.set_outputs({v(fw[0]), v(bw[0]), v(bw[1]), v(bw[2])});
 }
 
+// A pre-norm block's backward tail (Note [Norm epilogues]): the f32 layer
+// norm backward of [6, 64], its grad_in added to the residual gradient r
+// and cast to bf16 for the next product. `dx_returned`: grad_in is a graph
+// output too; `broadcast_residual`: r is a [64] row (a broadcast read).
+void layer_norm_backward_then_residual(GraphBuilder& b, bool dx_returned, bool broadcast_residual) {
+  const TensorType t = tensor(DType::Float32, {6, 64});
+  const TensorType p = tensor(DType::Float32, {64});
+  const TensorType s = tensor(DType::Float32, {6, 1});
+  ValueId g = b.add_input(out(t, "g"));
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId mean = b.add_input(out(s, "mean"));
+  ValueId rstd = b.add_input(out(s, "rstd"));
+  ValueId w = b.add_input(out(p, "w"));
+  ValueId bias = b.add_input(out(p, "b"));
+  ValueId r = b.add_input(out(broadcast_residual ? p : t, "r"));
+  auto bw = b.add_node(NodeKind::Aten, "aten::native_layer_norm_backward.default",
+                       {v(g), v(x), ints({64}), v(mean), v(rstd), v(w), v(bias),
+                        Argument::of_list({Argument::of_bool(true), Argument::of_bool(true),
+                                           Argument::of_bool(true)})},
+                       {out(t), out(p), out(p)}, "ln_bw");
+  ValueId sum = node1(b, "aten::add.Tensor", {v(bw[0]), v(r)}, t, "residual");
+  ValueId cast = node1(b, "aten::_to_copy.default", {v(sum), Argument::of_dtype(DType::BFloat16)},
+                       tensor(DType::BFloat16, {6, 64}), "to_bf16");
+  std::vector<Argument> results{v(sum), v(cast), v(bw[1]), v(bw[2])};
+  if (dx_returned) results.push_back(v(bw[0]));
+  b.set_outputs(results);
+}
+
 // `producer`(x) -> native_layer_norm over [6, 64] with weight and bias, the
 // MLP block's inference tail (Note [Norm prologues]). `also_output`: the
 // producer's result is a graph output too; `broadcast`: the producer adds a

@@ -594,6 +594,76 @@ TEST(CodegenNorm, ValidateExplainsPrologueRejections) {
   EXPECT_THROW(emit_norm(argument), InternalError);
 }
 
+// The residual gradient of a pre-norm transformer block after its layer
+// norm's backward: s = grad_in + in1 (f32), stored with its bf16 cast
+// (Note [Norm epilogues]).
+PointwiseSpec residual_sum_epilogue() {
+  PointwiseSpec p;
+  p.rank = 2;
+  p.inputs = {TensorArg{DType::Float32, IndexMode::Contiguous, 0},
+              TensorArg{DType::Float32, IndexMode::Contiguous, 0}};
+  p.instrs = {
+      {PwOp::Load, DType::Float32, {}, 0},
+      {PwOp::Load, DType::Float32, {}, 1},
+      {PwOp::Add, DType::Float32, {0, 1}, -1},
+      {PwOp::Cast, DType::BFloat16, {2}, -1},
+  };
+  p.outputs = {{TensorArg{DType::Float32, IndexMode::Contiguous, 0}, 2},
+               {TensorArg{DType::BFloat16, IndexMode::Contiguous, 0}, 3}};
+  return p;
+}
+
+TEST(CodegenNorm, BackwardNormsHandGradInToAnEpilogue) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::LayerNormBackward, NormKind::RmsNormBackward}) {
+    for (bool aligned : {true, false}) {
+      NormSpec spec;
+      spec.kind = kind;
+      spec.dtype = spec.out_dtype = spec.weight_dtype = DType::Float32;
+      spec.has_weight = true;
+      spec.has_bias = kind == NormKind::LayerNormBackward;
+      spec.aligned = aligned;
+      spec.epilogue = residual_sum_epilogue();
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      EXPECT_NE(spec.to_string().find("epilogue:"), std::string::npos);
+      NormSpec plain = spec;
+      plain.epilogue.reset();
+      EXPECT_NE(spec.hash(), plain.hash());
+      EmittedKernel kernel = emit_norm(spec);
+      std::vector<std::string> names;
+      for (const KernelParam& p : kernel.entries.at(0).params) names.push_back(p.name);
+      EXPECT_EQ(std::count(names.begin(), names.end(), "grad_in"), 0);
+      for (const char* name : {"ein1", "eout0", "eout1"})
+        EXPECT_EQ(std::count(names.begin(), names.end(), name), 1) << name;
+      EXPECT_NE(kernel.source.find("mb_epilogue"), std::string::npos);
+      cases.push_back({spec.to_string(), kernel});
+    }
+  }
+  expect_prologue_kernels_compile(cases);
+}
+
+TEST(CodegenNorm, ValidateExplainsEpilogueRejections) {
+  NormSpec s;
+  s.kind = NormKind::LayerNormBackward;
+  s.dtype = s.out_dtype = s.weight_dtype = DType::Float32;
+  s.epilogue = residual_sum_epilogue();
+  ASSERT_EQ(validate(s), "");
+  NormSpec forward = s;
+  forward.kind = NormKind::LayerNormForward;
+  EXPECT_NE(validate(forward).find("only backward layer and RMS norms"), std::string::npos);
+  NormSpec other_dtype = s;
+  other_dtype.dtype = other_dtype.out_dtype = DType::BFloat16;
+  EXPECT_NE(validate(other_dtype).find("input 0 must be grad_in"), std::string::npos);
+  NormSpec strided = s;
+  strided.epilogue->outputs[1].tensor = TensorArg{DType::BFloat16, IndexMode::Strided, 2};
+  EXPECT_NE(validate(strided).find("densely"), std::string::npos) << validate(strided);
+  NormSpec batch_norm = s;
+  batch_norm.kind = NormKind::BatchNormBackward;
+  batch_norm.has_weight = batch_norm.has_bias = false;
+  EXPECT_NE(validate(batch_norm).find("no epilogue"), std::string::npos) << validate(batch_norm);
+  EXPECT_THROW(emit_norm(strided), InternalError);
+}
+
 // dy = where(in0 <= 0, 0, in1): a ReLU gradient from the ReLU's bf16 output
 // and the incoming bf16 gradient (Note [Gradient readers] in
 // mb_batch_norm.cuh).

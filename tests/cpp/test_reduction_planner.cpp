@@ -169,6 +169,56 @@ TEST(NormPlanner, LayerNormForwardAndBackward) {
   EXPECT_EQ(bw.outputs.size(), 3u);  // grad_in, grad_weight, grad_bias
 }
 
+// The one norm group of layer_norm_backward_then_residual's plan.
+const KernelGroup* residual_norm(const Planned& p) {
+  auto norms = p.groups(KernelKind::Norm);
+  EXPECT_EQ(norms.size(), 1u) << p.plan.to_string();
+  return norms.size() == 1 ? norms[0] : nullptr;
+}
+
+TEST(NormPlanner, LayerNormBackwardTakesTheResidualSumAsEpilogue) {
+  GraphBuilder b;
+  layer_norm_backward_then_residual(b, /*dx_returned=*/false, /*broadcast_residual=*/false);
+  Planned p = plan(b);
+  const KernelGroup* norm = residual_norm(p);
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->nodes, (std::vector<NodeId>{0, 1, 2})) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  const NormGroup& g = *norm->norm;
+  ASSERT_TRUE(g.spec.epilogue.has_value());
+  ASSERT_TRUE(g.general.epilogue.has_value());
+  std::vector<std::string> outputs;
+  for (const auto& [name, value] : g.outputs) outputs.push_back(name);
+  // grad_in is not stored: only the sum and its cast are.
+  EXPECT_EQ(outputs, (std::vector<std::string>{"grad_weight", "grad_bias", "eout0", "eout1"}));
+  EXPECT_EQ(g.spec.epilogue->outputs.at(1).tensor.dtype, DType::BFloat16);
+  EXPECT_EQ(g.inputs.back(), (std::pair<std::string, ValueId>{"ein1", 6}));  // r
+  EXPECT_NE(norm->why.find("with 2 epilogue elementwise ops"), std::string::npos) << norm->why;
+}
+
+TEST(NormPlanner, AGradInReadElsewhereIsStoredToo) {
+  GraphBuilder b;
+  layer_norm_backward_then_residual(b, /*dx_returned=*/true, /*broadcast_residual=*/false);
+  Planned p = plan(b);
+  const KernelGroup* norm = residual_norm(p);
+  ASSERT_NE(norm, nullptr);
+  const NormGroup& g = *norm->norm;
+  ASSERT_TRUE(g.spec.epilogue.has_value());
+  EXPECT_EQ(g.spec.epilogue->outputs.size(), 3u);  // grad_in, the sum, its cast
+  EXPECT_EQ(g.outputs.back().first, "eout2");
+}
+
+TEST(NormPlanner, ABroadcastResidualKeepsTheSumApart) {
+  GraphBuilder b;
+  layer_norm_backward_then_residual(b, /*dx_returned=*/false, /*broadcast_residual=*/true);
+  Planned p = plan(b);
+  const KernelGroup* norm = residual_norm(p);
+  ASSERT_NE(norm, nullptr);
+  EXPECT_FALSE(norm->norm->spec.epilogue.has_value());
+  EXPECT_NE(norm->why.find("epilogue not taken"), std::string::npos) << norm->why;
+  EXPECT_EQ(p.groups(KernelKind::Pointwise).size(), 1u) << p.plan.to_string();
+}
+
 // The plan of elementwise_then_layer_norm (bf16); `norm`: its one norm
 // group, or null (a failed expectation) when there is not exactly one.
 struct PlannedNorm {

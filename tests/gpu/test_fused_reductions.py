@@ -303,7 +303,9 @@ def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16])
-@pytest.mark.parametrize("shape", [(4, 3, 32), (7, 1000), (1, 4096), (0, 16)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(4, 3, 32), (7, 1000), (1, 4096), (0, 16), (197, 768), (5, 33), (3, 65536)], ids=str
+)
 def test_layer_norm_backward(shape: tuple[int, ...], dtype: torch.dtype) -> None:
     cols = shape[-1]
     x, g = _randn(*shape, dtype=dtype), _randn(*shape, dtype=dtype)
@@ -400,3 +402,67 @@ def test_dynamic_rows_share_one_kernel() -> None:
             torch.cuda.synchronize()
         torch.testing.assert_close(got, fn(x, w), **TOL[F32])
         assert any(e.name.startswith("mb_norm_") for e in prof.events())
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("shape", [(4, 197, 768), (5, 33), (3, 4096)], ids=str)
+def test_a_backward_norm_hands_grad_in_to_the_residual_sum(
+    shape: tuple[int, ...], bias: bool
+) -> None:
+    """Note [Norm epilogues]: a pre-norm block's backward adds the norm's
+    grad_in to the residual gradient and casts the sum for the next
+    product; the norm kernel stores the f32 sum and its bf16 cast, never
+    grad_in (33 columns: the unvectorized path)."""
+    cols = shape[-1]
+    g, x, r, w, b = _randn(*shape), _randn(*shape), _randn(*shape), _randn(cols), _randn(cols)
+
+    def fn(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        g, x, r, w, b = args
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [cols], w, b, 1e-5)
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            g, x, [cols], mean, rstd, w, b, [True, True, bias]
+        )
+        s = dx + r
+        return (s, s.to(BF16), dw, db) if bias else (s, s.to(BF16), dw)
+
+    # The cast may round differently where the f32 sums differ in their
+    # last bit: bf16 tolerance for all, then the f32 sum tightly.
+    compiled = _check(fn, g, x, r, w, b, kind="norm", tol=TOL[BF16])
+    torch.testing.assert_close(
+        compiled.run([g, x, r, w, b])[0], fn(g, x, r, w, b)[0], **TOL_SUM[F32]
+    )
+    (backward,) = [k for k in compiled.report()["kernels"] if "backward" in k.get("spec", "")]
+    assert "epilogue:" in backward["spec"], backward["spec"]
+    assert "epilogue elementwise ops" in backward["why"], backward["why"]
+
+
+def test_a_pre_norm_block_trains_with_the_epilogue() -> None:
+    """Note [Norm epilogues] through torch.compile: x = (inp @ W).float() and
+    x + layer_norm(x) give a backward of layer-norm backward, residual sum and
+    bf16 cast into the product's backward, with gradients as eager's."""
+    torch.manual_seed(0)
+    inp = torch.randn(512, 256, device="cuda", dtype=BF16, requires_grad=True)
+    weight = torch.randn(256, 768, device="cuda", dtype=BF16, requires_grad=True)
+    ln = torch.nn.LayerNorm(768, device="cuda")
+
+    def block(inp: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        x = (inp @ weight).float()
+        return x + ln(x)
+
+    def grads(fn: Callable[..., torch.Tensor]) -> list[torch.Tensor]:
+        for t in (inp, weight, ln.weight, ln.bias):
+            t.grad = None
+        fn(inp, weight).square().sum().backward()
+        return [t.grad.clone() for t in (inp, weight, ln.weight, ln.bias)]
+
+    from tests.testing import compiled_records
+
+    compiled = torch.compile(block, backend="mybackend", options={"strict": True})
+    got, records = compiled_records(lambda: grads(compiled))
+    want = grads(block)
+    for a, e in zip(got, want, strict=True):
+        assert ((a.float() - e.float()).norm() / e.float().norm()).item() < 1e-2
+    (backward,) = [r for r in records if r.kind == "backward"]
+    whys = [k["why"] for k in backward.compiled.report()["kernels"] if k["kind"] == "norm"]
+    assert any("epilogue elementwise op" in w for w in whys), whys
+    assert backward.compiled.stats()["generated_kernel_fallbacks"] == 0

@@ -46,6 +46,21 @@ def test_reasons() -> None:
     )
 
 
+def test_gradients_an_output_mask_leaves_out_are_no_reason_to_refuse() -> None:
+    def ln_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [8], w, None, 1e-5)
+        dx, dw, _ = torch.ops.aten.native_layer_norm_backward(
+            g, x, [8], mean, rstd, w, None, [True, True, False]
+        )
+        return dx + dw
+
+    graph = lower(make_fx(ln_backward)(torch.randn(2, 8), torch.randn(2, 8), torch.randn(8)), [])
+    text = graph.graph.to_text().splitlines()
+    node = next(i for i, line in enumerate(text[1:]) if "native_layer_norm_backward" in line)
+    assert "opaque" in text[node + 1]  # the grad_bias nobody asked for
+    assert _C.check_support(graph.graph, node) is None
+
+
 def test_ops_doc_matches_registry() -> None:
     from pathlib import Path
 
