@@ -68,3 +68,18 @@ def test_options_doc_lists_every_field() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "options.md").read_text()
     for name in Options.field_names():
         assert f"`{name}`" in doc, name
+
+
+def test_without_cudnn_attention_only_torchs_own_cudnn_sdpa_ops_are_planned() -> None:
+    """docs/design/0009-attention.md: the flash and memory-efficient SDPA ops
+    stay out of partitions unless cudnn_attention is set; the aten cuDNN
+    ops, whose kernels are cuDNN's either way, are never disabled by it."""
+    flash = "aten::_scaled_dot_product_flash_attention_backward.default"
+    cudnn = "aten::_scaled_dot_product_cudnn_attention_backward.default"
+    default = Options().core_options([])
+    assert flash in default["disabled_ops"] and cudnn not in default["disabled_ops"]
+    assert "attention" not in default["disabled_op_classes"]
+    opted_in = Options.from_user(None, {"cudnn_attention": True}).core_options([])
+    assert not any("scaled_dot_product" in op for op in opted_in["disabled_ops"])
+    user = Options.from_user(None, {"disabled_ops": [flash]}).core_options([])
+    assert user["disabled_ops"].count(flash) == 1  # the user's entry is not repeated
