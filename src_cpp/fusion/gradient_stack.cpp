@@ -96,7 +96,8 @@ GradientStack plan_gradient_stack(const GraphIndex& index, const AttentionSpec& 
       return item.kind == Argument::Kind::Value && p.part == item.value;
     });
     if (it == stack.parts.end()) return {};
-    ordered.push_back(*it);
+    ordered.push_back(std::move(*it));
+    stack.parts.erase(it);
   }
   const auto rank = static_cast<std::int64_t>(graph.value(node.outputs[0]).tensor.rank());
   const auto dim = node.args.size() > 1 ? int_arg(node, 1) : std::optional<std::int64_t>(0);

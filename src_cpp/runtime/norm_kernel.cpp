@@ -23,25 +23,21 @@ DType stats_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType
 
 }  // namespace
 
-int norm_prologue_input(const std::string& name) {
-  if (name.size() < 3 || name.compare(0, 2, "in") != 0) return -1;
+int norm_indexed_tensor(const std::string& name, std::string_view prefix) {
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
   int k = 0;
-  for (std::size_t i = 2; i < name.size(); ++i) {
+  for (std::size_t i = prefix.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
     k = k * 10 + (name[i] - '0');
   }
   return k;
 }
 
-int norm_epilogue_tensor(const std::string& name, const char* prefix) {
-  const std::size_t n = std::char_traits<char>::length(prefix);
-  if (name.size() <= n || name.compare(0, n, prefix) != 0) return -1;
-  return norm_prologue_input("in" + name.substr(n));
-}
+int norm_prologue_input(const std::string& name) { return norm_indexed_tensor(name, "in"); }
 
 bool norm_reads_rows(const std::string& name) {
   return name == "x" || name == "grad_out" || name == "out" || norm_prologue_input(name) >= 0 ||
-         norm_epilogue_tensor(name, "ein") >= 0;
+         norm_indexed_tensor(name, "ein") >= 0;
 }
 
 DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
@@ -50,9 +46,9 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
       return spec.prologue->inputs.at(static_cast<std::size_t>(k)).dtype;
   }
   if (spec.epilogue) {
-    if (const int k = norm_epilogue_tensor(name, "ein"); k >= 0)
+    if (const int k = norm_indexed_tensor(name, "ein"); k >= 0)
       return spec.epilogue->inputs.at(static_cast<std::size_t>(k)).dtype;
-    if (const int k = norm_epilogue_tensor(name, "eout"); k >= 0)
+    if (const int k = norm_indexed_tensor(name, "eout"); k >= 0)
       return spec.epilogue->outputs.at(static_cast<std::size_t>(k)).tensor.dtype;
   }
   if (is_batch_norm(spec.kind)) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/kernel_launch.h"
 
@@ -34,9 +35,9 @@ class NormKernel final : public GroupKernel<NormGroup> {
 // k for a prologue input's parameter "in<k>" (Note [Norm prologues]), else -1.
 int norm_prologue_input(const std::string& name);
 
-// k for an epilogue tensor's parameter "<prefix><k>" ("ein" for its inputs,
-// "eout" for what it stores; Note [Norm epilogues]), else -1.
-int norm_epilogue_tensor(const std::string& name, const char* prefix);
+// k for a kernel parameter "<prefix><k>": an epilogue's inputs "ein<k>" and
+// what it stores "eout<k>" (Note [Norm epilogues]), else -1.
+int norm_indexed_tensor(const std::string& name, std::string_view prefix);
 
 // Tensors read as whole [rows, cols] rows: x, grad_out, out, the prologue's
 // inputs in x's (or grad_out's) place, or the epilogue's inputs.
