@@ -15,43 +15,73 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import NamedTuple
 
 import torch
 
 from benchmarks.backends import Backend, resolve
 from benchmarks.common import reset_dynamo, time_once
 from benchmarks.scenarios import Task, Workload
-from mybackend import compile_times
+from mybackend import _C, compile_times
 from mybackend.reports import collecting
 
 
-def measure(workload: Workload, backend: Backend) -> tuple[dict[str, float], float]:
-    """Seconds per stage of ``backend``'s first call on ``workload``, and the
-    call's CPU seconds (this process): on a shared machine the stages' wall
-    times stretch with the load, the CPU time much less."""
+class Measured(NamedTuple):
+    stages: dict[str, float]  # seconds per stage of the first call
+    cpu: float  # the call's CPU seconds (this process)
+    kernels: dict[str, int]  # what the call added to the kernel cache's counters
+
+
+def measure(workload: Workload, backend: Backend) -> Measured:
+    """``backend``'s first call on ``workload``: on a shared machine the
+    stages' wall times stretch with the load, the CPU time much less."""
     task = Task(workload, references=False)
     time_once(task.runner(Backend("eager", None, "eager")).first, task.device)
     reset_dynamo()
     runner = task.runner(backend)
     before = compile_times.snapshot()
+    kernels_before = _C.kernel_cache_stats()
     cpu = time.process_time()
     with collecting() as records:
         seconds = time_once(runner.first, task.device)
     cpu = time.process_time() - cpu
-    return compile_times.breakdown(before, compile_times.snapshot(), seconds, records), cpu
+    kernels_after = _C.kernel_cache_stats()
+    kernels = {k: kernels_after[k] - kernels_before.get(k, 0) for k in kernels_after}
+    stages = compile_times.breakdown(before, compile_times.snapshot(), seconds, records)
+    return Measured(stages, cpu, kernels)
 
 
-def table(columns: dict[str, tuple[dict[str, float], float]]) -> str:
-    """A markdown table: one row per stage, one column per measured row."""
-    stages = list(dict.fromkeys(s for c, _ in columns.values() for s in c))
+def kernel_rows(kernels: dict[str, int]) -> dict[str, str]:
+    """The generated-kernel counters of a call as table cells (Note
+    [Compile-time counters] in codegen/kernel_cache.cpp)."""
+    return {
+        "generated kernels: NVRTC compiles / disk hits": (
+            f"{kernels.get('compiles', 0)} / {kernels.get('disk_hits', 0)}"
+        ),
+        "generated kernels: NVRTC time summed over threads": (
+            f"{kernels.get('compile_us', 0) / 1e6:.2f}"
+        ),
+        "generated kernels: wall time of compile batches": (
+            f"{kernels.get('batch_wall_us', 0) / 1e6:.2f}"
+        ),
+    }
+
+
+def table(columns: dict[str, Measured]) -> str:
+    """A markdown table: one row per stage, one column per measured row,
+    then the call's CPU time and its generated-kernel counters."""
+    stages = list(dict.fromkeys(s for m in columns.values() for s in m.stages))
     lines = ["| stage (s) | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for stage in stages:
-        cells = [f"{c[stage]:.2f}" if stage in c else "-" for c, _ in columns.values()]
+        cells = [f"{m.stages[stage]:.2f}" if stage in m.stages else "-" for m in columns.values()]
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
-    totals = [f"**{sum(c.values()):.2f}**" for c, _ in columns.values()]
+    totals = [f"**{sum(m.stages.values()):.2f}**" for m in columns.values()]
     lines.append("| first call | " + " | ".join(totals) + " |")
-    cpu = [f"{seconds:.2f}" for _, seconds in columns.values()]
+    cpu = [f"{m.cpu:.2f}" for m in columns.values()]
     lines.append("| first call, CPU time of the process | " + " | ".join(cpu) + " |")
+    rows = [kernel_rows(m.kernels) for m in columns.values()]
+    for name in rows[0] if rows else ():
+        lines.append(f"| {name} | " + " | ".join(r[name] for r in rows) + " |")
     return "\n".join(lines)
 
 
@@ -67,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="keep the fastest of N first calls")
     args = p.parse_args(argv)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
-    columns: dict[str, tuple[dict[str, float], float]] = {}
+    columns: dict[str, Measured] = {}
     for model in args.models.split(","):
         workload = Workload(model, args.scenario, args.batch, args.device, dtype, args.tiny)
         for name in args.backends.split(","):
             runs = [measure(workload, resolve(name)) for _ in range(args.repeats)]
-            columns[f"{model} {name}"] = min(runs, key=lambda run: run[1])
+            columns[f"{model} {name}"] = min(runs, key=lambda run: run.cpu)
             print(f"measured {model} {name}", file=sys.stderr, flush=True)
     print(table(columns))
     return 0

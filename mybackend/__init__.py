@@ -9,6 +9,8 @@ The public API is what ``__all__`` lists; everything else is internal.
 
 from __future__ import annotations
 
+import atexit
+
 import torch  # noqa: F401  (loads libtorch before the extension needs it)
 
 from mybackend import _C
@@ -41,3 +43,6 @@ def cuda_enabled() -> bool:
 
 _register()
 _register_logging()
+# Note [Kernels compiled beside the caller]: no kernel compile may still run
+# while the interpreter tears down the extension, the kernel cache and NVRTC.
+atexit.register(_C.wait_for_background_compiles)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -216,16 +217,19 @@ def _compile_now(
     except Exception as error:
         record = GraphRecord(name, kind, ir_text, None, stage_times, gm=gm)
         return _fall_back(record, example_inputs, options, error)
-    report = core.report()
-    stage_times.extend(report["stage_times"])
+    stage_times.extend(core.stage_times())
     # The planned graph is what the core compiled: its eager run (fallback,
     # accuracy check) names the same nodes and computes the same values.
     compiled = CompiledGraphFunction(name, lowered, core, planned, options)
-    record = GraphRecord(name, kind, ir_text, report, stage_times, compiled=compiled, gm=planned)
+    record = GraphRecord(
+        name, kind, ir_text, core.report, stage_times, compiled=compiled, gm=planned
+    )
     compiled.record = record
     publish(record)
     _write_debug_outputs(record, options)
-    log.debug("compiled %s: %d partitions", name, len(report["partitions"]))
+    if log.isEnabledFor(logging.DEBUG):  # the report waits for the kernels: only when read
+        report = record.core_report or {}
+        log.debug("compiled %s: %d partitions", name, len(report.get("partitions", ())))
     if hoist is not None:
         return HoistedGraphFunction(compiled, HoistedValues(hoist))
     return compiled

@@ -91,6 +91,11 @@ class ExplainReport:
                 f"\nkernel cache: {cache.get('memory_hits', 0)} memory hit(s), "
                 f"{cache.get('disk_hits', 0)} disk hit(s), {cache.get('compiles', 0)} compile(s)"
             )
+            if cache.get("compiles", 0):
+                header += (
+                    f" ({cache.get('compile_us', 0) / 1e6:.2f} s of NVRTC over threads, in "
+                    f"{cache.get('batch_wall_us', 0) / 1e6:.2f} s)"
+                )
         if self.compile_times:
             header += "\n" + compile_times.format_breakdown(self.compile_times)
         sections = [format_graph_record(g, sources) for g in self.graphs]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+CoreReport = dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -16,12 +18,28 @@ class GraphRecord:
     name: str  # e.g. "graph0.forward"
     kind: str  # "inference", "forward" or "backward"
     ir_text: str
-    core_report: dict[str, Any] | None  # _C.CompiledGraph.report(); None if it fell back
+    # _C.CompiledGraph.report(), or the function that makes it on first use
+    # of ``core_report``; None if the graph fell back.
+    report_source: CoreReport | Callable[[], CoreReport] | None
     stage_times: list[tuple[str, float]]
     fallback_reason: str | None = None
     compiled: Any = None  # the CompiledGraphFunction, for its run counters
     gm: Any = None  # the ATen torch.fx.GraphModule, for the partition map
     repro_path: str | None = None  # the reproducer written when compiling failed
+
+    @property
+    def core_report(self) -> CoreReport | None:
+        """The core's report, made on first use: it says whether each
+        generated kernel compiled, so it waits for the graph's kernels (Note
+        [Kernels compiled beside the caller]), which a compile must not."""
+        if callable(self.report_source):
+            self.report_source = self.report_source()
+        return self.report_source
+
+    @property
+    def has_core_report(self) -> bool:
+        """True when the graph compiled (without making the report)."""
+        return self.report_source is not None
 
 
 # Note [Records from any thread]

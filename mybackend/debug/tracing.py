@@ -66,7 +66,7 @@ def emit_graph_artifacts(record: GraphRecord) -> None:
 
     register_with_torch_logging()
     payloads = {FALLBACK_REPORT: lambda: json.dumps(fallback_report(record), indent=1)}
-    if record.core_report is not None:
+    if record.has_core_report:
         payloads[PARTITION_MAP] = lambda: partition_map(record).dot
     for artifact, payload in payloads.items():
         trace_structured(

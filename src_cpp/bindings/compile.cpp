@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "fusion/pointwise_lowering.h"
 #include "pipeline/pipeline.h"
+#include "runtime/background_compile.h"
 #include "runtime/generated_kernel.h"
 #include "runtime/input_versions.h"
 #ifdef MYBACKEND_WITH_CUDA
@@ -165,7 +166,13 @@ py::dict report_to_dict(const CompiledGraph& compiled) {
   py::list stage_times, kernels;
   for (const auto& [stage, seconds] : report.stage_times)
     stage_times.append(py::make_tuple(stage, seconds));
-  const auto generated = compiled.executor().generated_groups();
+  std::vector<GeneratedGroupStatus> generated;
+  {
+    // Waits for the kernels compiling in the background (Note [Kernels
+    // compiled beside the caller]); they need no Python.
+    py::gil_scoped_release release;
+    generated = compiled.executor().generated_groups();
+  }
   for (const PartitionPlan& plan : report.fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
@@ -281,6 +288,16 @@ void bind_compile(py::module_& m) {
            "inputs (and the constants passed with them) before raising (Note [Input "
            "ownership]).")
       .def("report", &report_to_dict)
+      .def(
+          "stage_times",
+          [](const CompiledGraph& compiled) {
+            py::list out;
+            for (const auto& [stage, seconds] : compiled.report().stage_times)
+              out.append(py::make_tuple(stage, seconds));
+            return out;
+          },
+          "The C++ stages' wall times, (stage, seconds) each; unlike report() it never waits "
+          "for the kernels compiling in the background.")
       .def("stats", &stats_to_dict)
       .def_property_readonly("graph",
                              [](const CompiledGraph& c) { return c.graph().to_text(true); });
@@ -311,9 +328,19 @@ void bind_compile(py::module_& m) {
       [] {
         py::dict out;
         for (const auto& [name, count] : kernel_cache_counters()) out[name.c_str()] = count;
+        out["wait_us"] = background_compile_wait_us();
         return out;
       },
-      "Counters of the process's generated-kernel cache: memory and disk hits, compiles.");
+      "Counters of the process's generated-kernel cache: memory and disk hits, compiles, "
+      "their NVRTC time, and the time runs waited for background compiles.");
+  m.def(
+      "wait_for_background_compiles",
+      [] {
+        py::gil_scoped_release release;
+        wait_for_background_compiles();
+      },
+      "Blocks until every generated-kernel compile started in the background has finished "
+      "(Note [Kernels compiled beside the caller]); called at interpreter exit.");
   m.def("generated_pointwise_ops", &pointwise_lowering_ops,
         "The ATen overloads the pointwise planner can put in a generated kernel (sorted).");
   m.def(

@@ -1,5 +1,6 @@
 #include "codegen/kernel_cache.h"
 
+#include <chrono>
 #include <cstdlib>
 
 #include "codegen/cache_file.h"
@@ -125,8 +126,25 @@ std::string KernelCache::entry_path(const CompileRequest& request) const {
 }
 
 KernelCacheStats KernelCache::stats() const {
-  return {memory_hits_.load(), disk_hits_.load(), compiles_.load(), disk_rejects_.load(),
-          disk_write_failures_.load()};
+  return {memory_hits_.load(),  disk_hits_.load(),           compiles_.load(),
+          disk_rejects_.load(), disk_write_failures_.load(), compile_us_.load(),
+          batch_wall_us_.load()};
+}
+
+// Note [Compile-time counters]
+// A cold compile's wall time in the executor is mostly NVRTC's batches.
+// Whether a batch is long because of many kernels or a few slow ones decides
+// what would shorten it: the summed compile time over the batch's wall time
+// says how many threads were busy on average.
+std::shared_ptr<const CompiledKernel> KernelCache::compile_counted(const CompileRequest& request) {
+  ++compiles_;
+  const auto start = std::chrono::steady_clock::now();
+  auto kernel = std::make_shared<const CompiledKernel>(compile_cuda(request));
+  const auto us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                 .count());
+  compile_us_ += us;
+  return kernel;
 }
 
 std::shared_ptr<const CompiledKernel> KernelCache::find_in_memory(const std::string& key) {
@@ -167,10 +185,7 @@ void KernelCache::store_to_disk(const std::string& key, const CompiledKernel& ke
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& request,
                                                        const std::string& entries_directory) {
-  if (options_.mode == KernelCacheMode::Disabled) {
-    ++compiles_;
-    return std::make_shared<const CompiledKernel>(compile_cuda(request));
-  }
+  if (options_.mode == KernelCacheMode::Disabled) return compile_counted(request);
   const std::string k = key(request);
   if (auto hit = find_in_memory(k)) {
     ++memory_hits_;
@@ -180,8 +195,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& req
   if (kernel) {
     ++disk_hits_;
   } else {
-    ++compiles_;
-    kernel = std::make_shared<const CompiledKernel>(compile_cuda(request));
+    kernel = compile_counted(request);
     store_to_disk(k, *kernel, entries_directory);
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -192,6 +206,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const CompileRequest& req
 std::vector<CompileOutcome> KernelCache::get_all(const std::vector<CompileRequest>& requests,
                                                  const CompilePool& pool,
                                                  const std::string& entries_directory) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<CompileOutcome> outcomes(requests.size());
   // first[i]: the earliest request with request i's key.
   std::vector<std::size_t> first(requests.size());
@@ -215,6 +230,10 @@ std::vector<CompileOutcome> KernelCache::get_all(const std::vector<CompileReques
     outcomes[i] = outcomes[first[i]];
     if (outcomes[i].ok()) ++memory_hits_;
   }
+  batch_wall_us_ +=
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count());
   return outcomes;
 }
 

@@ -59,6 +59,10 @@ struct KernelCacheStats {
   std::uint64_t compiles = 0;
   std::uint64_t disk_rejects = 0;         // entries found but not used (corrupt, foreign, ...)
   std::uint64_t disk_write_failures = 0;  // entries that could not be stored
+  // Microseconds: NVRTC compiles summed over threads, and the wall time of
+  // get_all batches (Note [Compile-time counters]).
+  std::uint64_t compile_us = 0;
+  std::uint64_t batch_wall_us = 0;
 };
 
 class KernelCache {
@@ -99,6 +103,7 @@ class KernelCache {
 
  private:
   std::shared_ptr<const CompiledKernel> find_in_memory(const std::string& key);
+  std::shared_ptr<const CompiledKernel> compile_counted(const CompileRequest& request);
   std::shared_ptr<const CompiledKernel> load_from_disk(const std::string& key,
                                                        const std::string& directory);
   void store_to_disk(const std::string& key, const CompiledKernel& kernel,
@@ -115,6 +120,8 @@ class KernelCache {
   std::atomic<std::uint64_t> compiles_{0};
   std::atomic<std::uint64_t> disk_rejects_{0};
   std::atomic<std::uint64_t> disk_write_failures_{0};
+  std::atomic<std::uint64_t> compile_us_{0};
+  std::atomic<std::uint64_t> batch_wall_us_{0};
 };
 
 }  // namespace mybackend

@@ -87,7 +87,7 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
       rows * cols < kIndex32Limit && cols % variants_[0].kernel.entries[0].elements_per_thread == 0;
   for (const auto& [name, t] : tensors) fast = fast && aligned16(t);
   const std::size_t v = fast || variants_.size() == 1 ? 0 : variants_.size() - 1;
-  const DeviceModules::Loaded& l = modules_.on(device.index());
+  const DeviceModules::Loaded& l = modules_.on(device.index(), v);
   const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
   const std::int64_t vec = entries[0].elements_per_thread;
   if (cols % vec != 0) return fail("the channel count is not a multiple of the vector width");
@@ -100,7 +100,7 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
   // chunks and the merges and partials cost more than the reads.
   const LaunchTuning& tuning = launch_tuning();
   const std::int64_t per_sm =
-      tuning.bn_blocks_per_sm > 0 ? tuning.bn_blocks_per_sm : l.resident_blocks[v][0];
+      tuning.bn_blocks_per_sm > 0 ? tuning.bn_blocks_per_sm : l.resident_blocks[0];
   const std::int64_t pass_rows = (kChannelBlock / lanes) * tuning.bn_row_unroll;
   const std::int64_t wanted = (static_cast<std::int64_t>(l.sm_count) * per_sm + tiles - 1) / tiles;
   const std::int64_t splits =
@@ -117,7 +117,7 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
     KernelArgs args = norm_kernel_args(entries[e], tensors, ints, floats);
     const std::int64_t grid =
         std::min<std::int64_t>(blocks[e], static_cast<std::int64_t>(l.sm_count) * 16);
-    launch_on_stream(l, l.functions[v][e], grid, entries[e], args, device.index());
+    launch_on_stream(l, l.functions[e], grid, entries[e], args, device.index());
   }
   for (const auto& [name, value] : g.outputs)
     slots[static_cast<std::size_t>(value)] = tensors[name];

@@ -109,12 +109,12 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
 
   void launch_table(const mb::CastTable& table, int device_index) const {
     const KernelEntry& entry = variants_[0].kernel.entries[0];
-    const DeviceModules::Loaded& l = modules_.on(device_index);
+    const DeviceModules::Loaded& l = modules_.on(device_index, 0);
     KernelArgs args(entry);
     args.set_bytes(0, &table, sizeof table);
     const std::int64_t blocks =
         capped_grid(table.first_block[table.count], l.sm_count, launch_tuning().pw_blocks_per_sm);
-    launch_on_stream(l, l.functions[0][0], blocks, entry, args, device_index);
+    launch_on_stream(l, l.functions[0], blocks, entry, args, device_index);
   }
 
   std::vector<std::unique_ptr<GeneratedKernel>> singles_;  // CastGroup::singles, compiled
@@ -127,8 +127,9 @@ KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup
   KernelBuild build;
   build.device_index = graph.value(group->outputs[0]).tensor.device.index;
   build.kernels.push_back(emit_cast_group(group->spec));
-  // Each member's one-cast kernels follow; members of one spec compile once
-  // (KernelCache::get_all), and load only when a call needs them.
+  // Each member's one-cast kernels follow; they compile and load only when a
+  // call needs them (Note [Variants compiled on first use]).
+  build.compiled_now = 1;
   std::vector<KernelBuild> singles;
   std::vector<std::size_t> first, count;
   for (const auto& single : group->singles) {
@@ -147,7 +148,7 @@ KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup
       made.push_back(singles[k].make(
           std::vector<Variant>(begin, begin + static_cast<std::ptrdiff_t>(count[k])), target));
     }
-    variants.resize(1);
+    variants.erase(variants.begin() + 1, variants.end());
     return std::make_unique<CastGroupKernel>(graph, group, std::move(variants), std::move(target),
                                              std::move(made));
   };

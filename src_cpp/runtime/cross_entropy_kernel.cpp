@@ -63,7 +63,7 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
     const bool index32 =
         (rows - 1) * row_stride + cols < kIndex32Limit && rows * out_row_stride < kIndex32Limit;
     const std::size_t v = index32 || variants_.size() == 1 ? 0 : variants_.size() - 1;
-    const DeviceModules::Loaded& l = modules_.on(x.device().index());
+    const DeviceModules::Loaded& l = modules_.on(x.device().index(), v);
     const KernelEntry& entry = variants_[v].kernel.entries[0];
     KernelArgs args = norm_kernel_args(entry, tensors,
                                        {{"rows", rows},
@@ -72,7 +72,7 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
                                         {"out_row_stride", out_row_stride},
                                         {"ignore_index", g.ignore_index}},
                                        {});
-    launch_on_stream(l, l.functions[v][0], capped_grid(rows, l.sm_count, kBlocksPerSm), entry, args,
+    launch_on_stream(l, l.functions[0], capped_grid(rows, l.sm_count, kBlocksPerSm), entry, args,
                      x.device().index());
   }
   for (const auto& [name, value] : g.outputs)

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "runtime/background_compile.h"
 #include "runtime/builtin_ops.h"
 
 namespace mybackend {
@@ -136,12 +137,13 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 }
 
 // Prepares every engine group of the plan, in plan order. Generated
-// kernels compile at once (NVRTC in parallel, through the kernel cache);
-// matmul groups only get their runner (cuBLASLt is asked on the first run).
-// Groups that cannot be prepared keep only their ATen form.
+// kernels start compiling on a thread of their own (Note [Kernels compiled
+// beside the caller]); matmul groups only get their runner (cuBLASLt is
+// asked on the first run). Groups that cannot be prepared keep only their
+// ATen form.
 void Executor::prepare_engine_groups(const FusionPlan& fusion,
                                      const KernelCacheLocation& kernel_cache) {
-  std::vector<const KernelGroup*> to_compile;
+  std::vector<KernelGroup> to_compile;
   std::vector<std::size_t> compiled_into;  // per entry of to_compile: index into engine_groups_
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
@@ -179,23 +181,15 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion,
         entry.status.problem = std::move(made.problem);
       } else {
         compiled_into.push_back(engine_groups_.size());
-        to_compile.push_back(&group);
+        to_compile.push_back(group);
       }
       engine_groups_.push_back(std::move(entry));
     }
   }
-  // The groups' specs are shared_ptrs the kernels keep; the plan itself may go.
-  std::vector<GeneratedCompileResult> results =
-      compile_generated_groups(*graph_, to_compile, kernel_cache);
-  for (std::size_t k = 0; k < results.size(); ++k) {
-    EngineGroup& entry = engine_groups_[compiled_into[k]];
-    entry.runner = std::move(results[k].kernel);
-    entry.status.problem = std::move(results[k].problem);
-  }
-  for (EngineGroup& entry : engine_groups_) {
-    entry.status.compiled = entry.runner != nullptr;
-    if (entry.runner) entry.status.kernel = entry.runner->description();
-  }
+  std::vector<std::unique_ptr<GroupRunner>> pending =
+      start_generated_compiles(graph_, std::move(to_compile), kernel_cache);
+  for (std::size_t k = 0; k < pending.size(); ++k)
+    engine_groups_[compiled_into[k]].runner = std::move(pending[k]);
 }
 
 void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
@@ -454,6 +448,10 @@ std::vector<GeneratedGroupStatus> Executor::generated_groups() const {
   std::vector<GeneratedGroupStatus> out;
   for (const EngineGroup& g : engine_groups_) {
     GeneratedGroupStatus status = g.status;
+    // A generated group's runner waits here for its compile (Note [Kernels
+    // compiled beside the caller]).
+    status.compiled = g.runner != nullptr && g.runner->usable();
+    if (status.compiled) status.kernel = g.runner->description();
     if (g.runner) {
       const std::string problem = g.runner->problem();
       if (!problem.empty()) status.problem = problem;

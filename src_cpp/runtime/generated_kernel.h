@@ -6,12 +6,15 @@
 // is in kernel_launch.h.
 //
 // Note [Compile now, load later]
-// compile_generated_groups() runs in the runtime stage: it emits both spec
-// variants of each group (Note [Two pointwise variants]) and compiles them
-// through the process-wide KernelCache on a CompilePool. NVRTC needs no GPU,
-// so this works on CPU machines (PTX for the lowest architecture NVRTC
-// supports). Nothing touches the driver until run() is first called: that
-// is where the image is loaded (per device) and the functions looked up.
+// compile_generated_groups() runs on a thread the runtime stage starts
+// (Note [Kernels compiled beside the caller] in background_compile.h): it
+// emits both spec variants of each group (Note [Two pointwise variants]) and
+// compiles the fast one through the process-wide KernelCache on a
+// CompilePool, the general one on first use (Note [Variants compiled on
+// first use] in kernel_launch.h). NVRTC needs no GPU, so this works on CPU
+// machines (PTX for the lowest architecture NVRTC supports). Nothing touches
+// the driver until run() is first called: that is where the image is loaded
+// (per device) and the functions looked up.
 //
 // Note [Never an error to the user]
 // A group that fails to compile keeps running as ATen calls (the reason is
@@ -62,7 +65,8 @@ struct KernelCacheLocation {
 };
 
 // The counters of this process's kernel cache (memory_hits, disk_hits,
-// compiles, disk_rejects, disk_write_failures); all zero without CUDA.
+// compiles, disk_rejects, disk_write_failures, compile_us, batch_wall_us);
+// all zero without CUDA.
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters();
 
 struct GeneratedCompileResult {

@@ -27,6 +27,9 @@ class GroupRunner {
   virtual std::string description() const = 0;
   // The group's kind (for the per-kind counters).
   virtual KernelKind kind() const = 0;
+  // False when the engine will never run the group (its kernel failed to
+  // compile, Note [Kernels compiled beside the caller]): reports say so.
+  virtual bool usable() const { return true; }
 };
 
 }  // namespace mybackend

@@ -11,29 +11,57 @@
 
 namespace mybackend {
 
-const DeviceModules::Loaded& DeviceModules::on(int device_index) const {
+VariantImage::VariantImage(std::shared_ptr<const CompiledKernel> image)
+    : state_(std::make_shared<State>()) {
+  state_->image = std::move(image);
+}
+
+VariantImage::VariantImage(Compile compile) : state_(std::make_shared<State>()) {
+  state_->compile = std::move(compile);
+}
+
+std::shared_ptr<const CompiledKernel> VariantImage::get() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->image) return state_->image;
+  if (state_->error.empty()) {
+    try {
+      MB_ASSERT(state_->compile != nullptr, "a variant image with neither image nor compile");
+      state_->image = state_->compile();
+      state_->compile = nullptr;  // the request's source is no longer needed
+      return state_->image;
+    } catch (const std::exception& e) {
+      state_->error = std::string("compiling the variant on first use failed: ") + e.what();
+    }
+  }
+  throw Error(state_->error);
+}
+
+bool VariantImage::compiled() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->image != nullptr;
+}
+
+const DeviceModules::Loaded& DeviceModules::on(int device_index, std::size_t variant) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = loaded_.find(device_index);
+  const auto key = std::make_pair(device_index, variant);
+  auto it = loaded_.find(key);
   if (it != loaded_.end()) return *it->second;
+  MB_ASSERT(variant < variants_.size(), "variant ", variant, " of ", variants_.size());
+  const Variant& v = variants_[variant];
+  const std::shared_ptr<const CompiledKernel> image = v.image.get();
   auto entry = std::make_unique<Loaded>();
   entry->context = cuda::primary_context(device_index);
   cuda::ensure_current(entry->context);
-  for (const Variant& variant : variants_) {
-    entry->modules.push_back(std::make_unique<cuda::Module>(variant.image->image));
-    std::vector<CUfunction> functions;
-    std::vector<int> resident;
-    for (const KernelEntry& e : variant.kernel.entries) {
-      functions.push_back(entry->modules.back()->function(e.name));
-      int blocks = 0;
-      MB_CU_CHECK(cuda::driver().occupancy_max_active_blocks(&blocks, functions.back(),
-                                                             e.block_x * e.block_y, 0));
-      resident.push_back(std::max(1, blocks));
-    }
-    entry->functions.push_back(std::move(functions));
-    entry->resident_blocks.push_back(std::move(resident));
+  entry->module = std::make_unique<cuda::Module>(image->image);
+  for (const KernelEntry& e : v.kernel.entries) {
+    entry->functions.push_back(entry->module->function(e.name));
+    int blocks = 0;
+    MB_CU_CHECK(cuda::driver().occupancy_max_active_blocks(&blocks, entry->functions.back(),
+                                                           e.block_x * e.block_y, 0));
+    entry->resident_blocks.push_back(std::max(1, blocks));
   }
   entry->sm_count = std::max(1, at::cuda::getDeviceProperties(device_index)->multiProcessorCount);
-  return *loaded_.emplace(device_index, std::move(entry)).first->second;
+  return *loaded_.emplace(key, std::move(entry)).first->second;
 }
 
 KernelArgs::KernelArgs(const KernelEntry& entry) : entry_(entry), pointers_(entry.params.size()) {

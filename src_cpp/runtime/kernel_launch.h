@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/emit.h"
@@ -29,33 +30,67 @@ namespace mybackend {
 // 32-bit index limit of fast variants (see PointwiseSpec::index64).
 constexpr std::int64_t kIndex32Limit = std::int64_t{1} << 30;
 
-// One compiled variant of a group: its source, entry points and image.
-struct Variant {
-  EmittedKernel kernel;
-  std::shared_ptr<const CompiledKernel> image;
+// Note [Variants compiled on first use]
+// A group's general variant (Note [Two pointwise variants]) runs only for a
+// call whose tensors break the fast variant's assumptions, and a cast
+// group's one-cast kernels only for a member its table cannot take; most
+// graphs never need either. They are emitted with the group but compiled on
+// the first call that launches one (through the kernel cache, so the disk
+// cache serves them too), which waits for that one compile. A cold compile
+// runs about half the NVRTC programs it used to; a kernel that fails to
+// compile then fails that call's launch, and the group runs as ATen calls
+// from then on (Note [Never an error to the user]).
+class VariantImage {
+ public:
+  using Compile = std::function<std::shared_ptr<const CompiledKernel>()>;
+  // An image compiled with the group.
+  explicit VariantImage(std::shared_ptr<const CompiledKernel> image);
+  // An image `compile` makes on the first get().
+  explicit VariantImage(Compile compile);
+  // The image, compiled first if it is not yet; throws when compiling fails
+  // (every later call rethrows the same error without compiling again).
+  std::shared_ptr<const CompiledKernel> get() const;
+  bool compiled() const;
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::shared_ptr<const CompiledKernel> image;
+    Compile compile;
+    std::string error;
+  };
+  std::shared_ptr<State> state_;  // shared: a Variant is copied into cast groups' singles
 };
 
-// The variants' modules on one device, loaded on first use; functions[v][e]
-// is entry e of variant v.
+// One variant of a group: its source, entry points and image.
+struct Variant {
+  EmittedKernel kernel;
+  VariantImage image;
+};
+
+// Each variant's module on one device, loaded (and compiled, Note [Variants
+// compiled on first use]) on first use.
 class DeviceModules {
  public:
   explicit DeviceModules(const std::vector<Variant>& variants) : variants_(variants) {}
   struct Loaded {
     CUcontext context = nullptr;
-    std::vector<std::unique_ptr<cuda::Module>> modules;
-    std::vector<std::vector<CUfunction>> functions;
-    // resident_blocks[v][e]: blocks of entry e of variant v that one SM
-    // holds at once (its registers and shared memory decide), for launchers
-    // that size a grid to one wave.
-    std::vector<std::vector<int>> resident_blocks;
+    std::unique_ptr<cuda::Module> module;
+    std::vector<CUfunction> functions;  // functions[e]: entry e
+    // resident_blocks[e]: blocks of entry e that one SM holds at once (its
+    // registers and shared memory decide), for launchers that size a grid
+    // to one wave.
+    std::vector<int> resident_blocks;
     int sm_count = 1;
   };
-  const Loaded& on(int device_index) const;
+  // Variant `variant`'s module on `device_index`. Throws when its image
+  // cannot be compiled or loaded.
+  const Loaded& on(int device_index, std::size_t variant) const;
 
  private:
   const std::vector<Variant>& variants_;
   mutable std::mutex mutex_;
-  mutable std::map<int, std::unique_ptr<Loaded>> loaded_;
+  mutable std::map<std::pair<int, std::size_t>, std::unique_ptr<Loaded>> loaded_;
 };
 
 // Argument words for one entry point, filled by parameter name: each
@@ -158,15 +193,19 @@ bool aligned16(const at::Tensor& t);
 
 // How each kind prepares its kernels: the variants to compile (fast first
 // when there are two) and how to build the runnable kernel once compiled.
+// The first `compiled_now` kernels compile with the graph, the others on
+// first use (Note [Variants compiled on first use]).
 struct KernelBuild {
   int device_index = -1;
   std::vector<EmittedKernel> kernels;
+  std::size_t compiled_now = static_cast<std::size_t>(-1);  // default: all
   std::function<std::unique_ptr<GeneratedKernel>(std::vector<Variant>, std::string target)> make;
 };
 
 // The build of a group with a fast and a general variant (Note [Two
 // pointwise variants]): the fast one first, emitted only when its spec
-// differs; the runnable kernel is a `Kernel` (a GroupKernel<Group>).
+// differs, and compiled now; the general one on first use. The runnable
+// kernel is a `Kernel` (a GroupKernel<Group>).
 template <class Kernel, class Group, class Emit>
 KernelBuild two_variant_build(KernelKind kind, const Graph& graph,
                               std::shared_ptr<const Group> group, int device_index, Emit emit) {
@@ -175,6 +214,7 @@ KernelBuild two_variant_build(KernelKind kind, const Graph& graph,
   if (group->spec.to_string() != group->general.to_string())
     build.kernels.push_back(emit(group->spec));
   build.kernels.push_back(emit(group->general));
+  build.compiled_now = 1;  // the general variant of two waits for a call that needs it
   build.make = [kind, &graph, group](std::vector<Variant> variants, std::string target) {
     return std::make_unique<Kernel>(kind, graph, group, std::move(variants), std::move(target));
   };

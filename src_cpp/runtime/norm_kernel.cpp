@@ -161,7 +161,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   bool aligned = rows * cols < kIndex32Limit;
   for (const auto& [name, t] : tensors) aligned = aligned && aligned16(t);
   const std::size_t v = aligned || variants_.size() == 1 ? 0 : variants_.size() - 1;
-  const DeviceModules::Loaded& l = modules_.on(device->index());
+  const DeviceModules::Loaded& l = modules_.on(device->index(), v);
   const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
   // A forward layer or RMS norm may carry a wide entry beside its narrow
   // one; exactly one of the two runs (Note [Wide rows for few rows]).
@@ -204,7 +204,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
         rows_entry ? capped_grid(blocks, l.sm_count,
                                  launch_tuning().row_blocks_per_sm(is_softmax_forward(g.spec.kind)))
                    : std::min<std::int64_t>(blocks, static_cast<std::int64_t>(l.sm_count) * 16);
-    launch_on_stream(l, l.functions[v][e], grid, entry, args, device->index());
+    launch_on_stream(l, l.functions[e], grid, entry, args, device->index());
   }
   for (const auto& [name, value] : g.outputs) {
     if (value >= 0) slots[static_cast<std::size_t>(value)] = tensors[name];

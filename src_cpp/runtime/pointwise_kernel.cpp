@@ -170,12 +170,12 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
           MB_ASSERT(false, "pointwise groups take no scalar or struct arguments, got ", p.name);
       }
     }
-    const DeviceModules::Loaded& l = modules_.on(device_index);
+    const DeviceModules::Loaded& l = modules_.on(device_index, v);
     const std::int64_t per_block =
         static_cast<std::int64_t>(entry.block_x) * std::max(1, entry.elements_per_thread);
     const std::int64_t blocks = capped_grid((numel + per_block - 1) / per_block, l.sm_count,
                                             launch_tuning().pw_blocks_per_sm);
-    launch_on_stream(l, l.functions[v][0], blocks, entry, args, device_index);
+    launch_on_stream(l, l.functions[0], blocks, entry, args, device_index);
   }
 
   std::vector<std::vector<int>> parameter_tensors_;  // per variant

@@ -214,9 +214,9 @@ class PoolKernel final : public GroupKernel<PoolGroup> {
       }
     }
     const std::int64_t sites = product(c.result_shape()) / entry.elements_per_thread;
-    const DeviceModules::Loaded& l = modules_.on(device_index);
+    const DeviceModules::Loaded& l = modules_.on(device_index, v);
     const std::int64_t blocks = (sites + entry.block_x - 1) / entry.block_x;
-    launch_on_stream(l, l.functions[v][0], capped_grid(blocks, l.sm_count, kPoolBlocksPerSm), entry,
+    launch_on_stream(l, l.functions[0], capped_grid(blocks, l.sm_count, kPoolBlocksPerSm), entry,
                      args, device_index);
   }
 };

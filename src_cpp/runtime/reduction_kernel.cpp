@@ -154,7 +154,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
   }
 
   void launch_variant(std::size_t v, const Call& c, int device_index) const {
-    const DeviceModules::Loaded& l = modules_.on(device_index);
+    const DeviceModules::Loaded& l = modules_.on(device_index, v);
     const std::int64_t resident = static_cast<std::int64_t>(l.sm_count) * 16;
     if (const std::int64_t chunk = split_chunk(v, c, l.sm_count); chunk > 0) {
       const std::int64_t splits = (c.n + chunk - 1) / chunk;
@@ -243,8 +243,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
           MB_ASSERT(false, "reduction groups take no scalar or struct arguments, got ", p.name);
       }
     }
-    const DeviceModules::Loaded& l = modules_.on(device_index);
-    launch_on_stream(l, l.functions[v][e], grid, entry, args, device_index);
+    const DeviceModules::Loaded& l = modules_.on(device_index, v);
+    launch_on_stream(l, l.functions[e], grid, entry, args, device_index);
   }
 };
 

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.compile_breakdown import main, table
+from benchmarks.compile_breakdown import Measured, main, table
 
 
 def test_table_has_a_row_per_stage_and_the_totals() -> None:
+    kernels = {"compiles": 12, "disk_hits": 3, "compile_us": 4_500_000, "batch_wall_us": 750_000}
     columns = {
-        "m a": ({"dynamo (bytecode tracing, guards)": 1.0, "rest of the call": 0.5}, 1.25),
-        "m b": ({"rest of the call": 2.0}, 1.75),
+        "m a": Measured(
+            {"dynamo (bytecode tracing, guards)": 1.0, "rest of the call": 0.5}, 1.25, kernels
+        ),
+        "m b": Measured({"rest of the call": 2.0}, 1.75, {}),
     }
     lines = table(columns).splitlines()
     assert lines[0] == "| stage (s) | m a | m b |"
     assert "| dynamo (bytecode tracing, guards) | 1.00 | - |" in lines
     assert "| first call | **1.50** | **2.00** |" in lines
-    assert lines[-1] == "| first call, CPU time of the process | 1.25 | 1.75 |"
+    assert "| first call, CPU time of the process | 1.25 | 1.75 |" in lines
+    assert "| generated kernels: NVRTC compiles / disk hits | 12 / 3 | 0 / 0 |" in lines
+    assert "| generated kernels: NVRTC time summed over threads | 4.50 | 0.00 |" in lines
+    assert lines[-1] == "| generated kernels: wall time of compile batches | 0.75 | 0.00 |"
 
 
 def test_tiny_training_row_reports_mybackend_stages(capsys: pytest.CaptureFixture[str]) -> None:

@@ -115,12 +115,33 @@ def test_mixed_dtypes_and_casts() -> None:
     _check(fn, x, y, i, tol={"rtol": 1e-5, "atol": 1e-5})
 
 
+def _fetched_images(before: dict[str, int], after: dict[str, int]) -> int:
+    return sum(after[k] - before[k] for k in ("memory_hits", "disk_hits", "compiles"))
+
+
 def test_unaligned_inputs_take_the_safe_path() -> None:
     storage = torch.randn(4 * 64 + 1, device="cuda")
     x = storage[1:].view(4, 64)  # 4-byte aligned only
     b = torch.randn(64, device="cuda")
     compiled = _compile(_chain, torch.randn(4, 64, device="cuda"), b)
-    torch.testing.assert_close(compiled.run([x, b])[0], _chain(x, b), **TOL[torch.float32])
+    # "pointwise: <fast> + <general> (general) for sm_90 cubin"
+    general = compiled.report()["kernels"][0]["kernel"].split(" + ")[1].split(" ")[0]
+    before = _C.kernel_cache_stats()
+    aligned = torch.randn(4, 64, device="cuda")
+    torch.testing.assert_close(
+        compiled.run([aligned, b])[0], _chain(aligned, b), **TOL[torch.float32]
+    )
+    middle = _C.kernel_cache_stats()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got = compiled.run([x, b])[0]
+        torch.cuda.synchronize()
+    after = _C.kernel_cache_stats()
+    torch.testing.assert_close(got, _chain(x, b), **TOL[torch.float32])
+    assert general in [e.name for e in prof.events()]
+    # Note [Variants compiled on first use]: the general variant is fetched
+    # (compiled, or read from a cache) by the first call that needs it.
+    assert _fetched_images(before, middle) == 0
+    assert _fetched_images(middle, after) == 1
 
 
 def test_model_runs_generated_kernels() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
 
 import mybackend
+from mybackend.reports import GraphRecord
 from tests.models.models import GraphBreaks
 
 
@@ -169,3 +171,20 @@ def test_bad_graph_key_is_a_clear_error() -> None:
         report.partition_map("nope")
     with pytest.raises(IndexError, match="out of range"):
         report.partition_map(5)
+
+
+def test_a_records_core_report_is_made_on_first_use_only() -> None:
+    # Note [Kernels compiled beside the caller]: making the report waits for
+    # the graph's kernels, so a compile hands the record a function instead.
+    calls: list[int] = []
+
+    def make() -> dict[str, Any]:
+        calls.append(1)
+        return {"partitions": [], "nodes": [], "kernels": []}
+
+    record = GraphRecord("graph0.forward", "forward", "", make, [])
+    assert record.has_core_report and calls == []
+    assert record.core_report == {"partitions": [], "nodes": [], "kernels": []}
+    assert record.core_report is record.core_report
+    assert calls == [1]
+    assert not GraphRecord("graph0.forward", "forward", "", None, []).has_core_report

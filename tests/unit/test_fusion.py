@@ -7,6 +7,7 @@ runs NVRTC, which needs no GPU either (the kernels load on first run only).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -120,6 +121,66 @@ def test_kernel_cache_counts_hits_and_explain_reports_them() -> None:
     text = str(ExplainReport([], kernel_cache=delta))
     assert f"kernel cache: {delta['memory_hits']} memory hit(s)" in text
     assert ExplainReport([], kernel_cache=delta).to_dict()["kernel_cache"] == delta
+    compiled = {"compiles": 2, "compile_us": 1_500_000, "batch_wall_us": 800_000}
+    text = str(ExplainReport([], kernel_cache=compiled))
+    assert "2 compile(s) (1.50 s of NVRTC over threads, in 0.80 s)" in text
+
+
+def test_a_general_variant_is_compiled_on_first_use_only() -> None:
+    # Note [Variants compiled on first use]: of a group's two variants only
+    # the fast one is compiled (or read from a cache) with the graph.
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x * 1.75 + 0.5).neg()
+
+    before = _C.kernel_cache_stats()
+    kernels = _kernels(chain, ((32, 8), F32))
+    after = _C.kernel_cache_stats()
+    assert "(general)" in kernels[0]["kernel"], kernels[0]
+    assert sum(after[k] - before[k] for k in ("memory_hits", "disk_hits", "compiles")) == 1
+    assert after["batch_wall_us"] > before["batch_wall_us"]
+    if after["compiles"] > before["compiles"]:
+        assert after["compile_us"] > before["compile_us"]
+
+
+def test_kernels_compile_beside_the_caller() -> None:
+    # Note [Kernels compiled beside the caller]: compile() returns while NVRTC
+    # is still at work; the first report (or run) waits for the batch. A
+    # scale no earlier compile used makes a source no cache holds.
+    scale = 1.0 + random.random()
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return torch.cos(x * scale + 0.25).abs()
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        x = torch.empty((64, 8), device="cuda")
+    lowered = lower(make_fx(chain, tracing_mode="fake")(x), [])
+    options = {"generated_kernels": True, "kernel_cache_dir": ""}  # memory only
+    before = _C.kernel_cache_stats()
+    compiled = _C.compile(lowered.graph, options, lowered.run_python_node)
+    kernels = compiled.report()["kernels"]
+    after = _C.kernel_cache_stats()
+    assert kernels[0]["compiled"], kernels[0]
+    assert after["compiles"] == before["compiles"] + 1
+    assert after["wait_us"] > before["wait_us"]
+    _C.wait_for_background_compiles()  # nothing left to wait for: returns
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("MYBACKEND_GENERATED_KERNELS", "0", "switched off by MYBACKEND_GENERATED_KERNELS"),
+        ("MYBACKEND_NVRTC_TARGET", "sm_9999", "NVRTC failed"),
+    ],
+)
+def test_a_kernel_that_does_not_compile_is_reported_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, reason: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    kernels = _kernels(lambda x: torch.sin(x * 2.5) + 1, ((16, 4), F32))
+    assert kernels[0]["kind"] == "pointwise"
+    assert not kernels[0]["compiled"]
+    assert reason in kernels[0]["problem"], kernels[0]["problem"]
 
 
 def test_report_carries_the_generated_cuda_source() -> None:

@@ -1,0 +1,154 @@
+#include "runtime/background_compile.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+// The batches still compiling, process-wide (Note [Kernels compiled beside
+// the caller]): what wait_for_background_compiles() waits for.
+struct RunningBatches {
+  std::mutex mutex;
+  std::condition_variable done;
+  int running = 0;
+};
+
+RunningBatches& running_batches() {
+  static RunningBatches batches;
+  return batches;
+}
+
+std::atomic<std::uint64_t>& wait_us() {
+  static std::atomic<std::uint64_t> total{0};
+  return total;
+}
+
+// One graph's generated groups, compiled on a thread of their own.
+class CompileBatch {
+ public:
+  CompileBatch(std::shared_ptr<const Graph> graph, std::vector<KernelGroup> groups,
+               KernelCacheLocation cache)
+      : graph_(std::move(graph)), groups_(std::move(groups)), cache_(std::move(cache)) {
+    {
+      std::lock_guard<std::mutex> lock(running_batches().mutex);
+      ++running_batches().running;
+    }
+    thread_ = std::thread([this] { compile(); });
+  }
+  CompileBatch(const CompileBatch&) = delete;
+  CompileBatch& operator=(const CompileBatch&) = delete;
+  ~CompileBatch() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Group k's result once the batch has finished.
+  const GeneratedCompileResult& result(std::size_t k) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!finished_) {
+      const auto start = std::chrono::steady_clock::now();
+      finished_changed_.wait(lock, [this] { return finished_; });
+      wait_us() += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                  std::chrono::steady_clock::now() - start)
+                                                  .count());
+    }
+    return results_.at(k);
+  }
+
+ private:
+  void compile() {
+    std::vector<GeneratedCompileResult> results;
+    try {
+      std::vector<const KernelGroup*> pointers;
+      for (const KernelGroup& group : groups_) pointers.push_back(&group);
+      results = compile_generated_groups(*graph_, pointers, cache_);
+    } catch (const std::exception& e) {
+      results.clear();
+      results.resize(groups_.size());
+      for (auto& r : results)
+        r.problem = std::string("compiling the graph's kernels failed: ") + e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      results_ = std::move(results);
+      finished_ = true;
+    }
+    finished_changed_.notify_all();
+    RunningBatches& batches = running_batches();
+    {
+      std::lock_guard<std::mutex> lock(batches.mutex);
+      --batches.running;
+    }
+    batches.done.notify_all();
+  }
+
+  std::shared_ptr<const Graph> graph_;  // the kernels refer to it
+  std::vector<KernelGroup> groups_;     // their specs too (shared_ptrs)
+  KernelCacheLocation cache_;
+  std::mutex mutex_;
+  std::condition_variable finished_changed_;
+  bool finished_ = false;
+  std::vector<GeneratedCompileResult> results_;
+  std::thread thread_;  // last: started once everything above exists
+};
+
+// A generated group's place in the executor until its batch has compiled.
+class PendingKernel final : public GroupRunner {
+ public:
+  PendingKernel(std::shared_ptr<CompileBatch> batch, std::size_t index, KernelKind kind)
+      : batch_(std::move(batch)), index_(index), kind_(kind) {}
+
+  bool run(ValueSlots& slots, const SymbolBindings& bindings,
+           PlannedOutputs& outputs) const override {
+    const GeneratedCompileResult& r = batch_->result(index_);
+    return r.kernel != nullptr && r.kernel->run(slots, bindings, outputs);
+  }
+  std::string problem() const override {
+    const GeneratedCompileResult& r = batch_->result(index_);
+    return r.kernel ? r.kernel->problem() : r.problem;
+  }
+  std::string description() const override {
+    const GeneratedCompileResult& r = batch_->result(index_);
+    return r.kernel ? r.kernel->description() : std::string();
+  }
+  bool usable() const override { return batch_->result(index_).kernel != nullptr; }
+  KernelKind kind() const override { return kind_; }
+
+ private:
+  std::shared_ptr<CompileBatch> batch_;
+  std::size_t index_;
+  KernelKind kind_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<GroupRunner>> start_generated_compiles(
+    std::shared_ptr<const Graph> graph, std::vector<KernelGroup> groups,
+    const KernelCacheLocation& cache) {
+  std::vector<std::unique_ptr<GroupRunner>> runners;
+  if (groups.empty()) return runners;
+  std::vector<KernelKind> kinds;
+  for (const KernelGroup& group : groups) kinds.push_back(group.kind);
+  auto batch = std::make_shared<CompileBatch>(std::move(graph), std::move(groups), cache);
+  for (std::size_t k = 0; k < kinds.size(); ++k)
+    runners.push_back(std::make_unique<PendingKernel>(batch, k, kinds[k]));
+  return runners;
+}
+
+void wait_for_background_compiles() {
+  RunningBatches& batches = running_batches();
+  std::unique_lock<std::mutex> lock(batches.mutex);
+  batches.done.wait(lock, [&] { return batches.running == 0; });
+}
+
+std::uint64_t background_compile_wait_us() { return wait_us().load(); }
+
+}  // namespace mybackend

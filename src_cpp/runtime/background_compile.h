@@ -1,0 +1,46 @@
+// Generated kernels compiled beside the caller.
+//
+// Note [Kernels compiled beside the caller]
+// A training compile hands mybackend the forward graph, then the backward,
+// then runs the forward: NVRTC for one graph took the wall time of its
+// slowest kernel (0.5-0.8 s) with nothing else going on, twice. The executor
+// now starts a graph's compile batch on a thread of its own and returns at
+// once: the backward graph is lowered and planned, and its batch compiles,
+// while the forward's batch is still compiling, and the backward's batch
+// overlaps the forward's first run. Each generated group gets a
+// PendingKernel in its place; its first run() waits for the batch (no GPU
+// work is waited for, only the host's compile), then it runs the compiled
+// kernel, or returns false with the compile's problem so that the executor
+// runs the group's ATen calls (Note [Never an error to the user]).
+//
+// A batch's thread never touches Python. It is joined when the batch's last
+// PendingKernel is destroyed, and wait_for_background_compiles() (called at
+// interpreter exit, mybackend/__init__.py) waits for every batch still
+// compiling, so that no compile runs while the process tears down the
+// kernel cache and NVRTC.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fusion/fusion_plan.h"
+#include "ir/graph.h"
+#include "runtime/generated_kernel.h"
+
+namespace mybackend {
+
+// Starts compiling `groups` (kinds as for compile_generated_groups) on a
+// thread of its own and returns one runner per group, in order, each of
+// which waits for the batch on first use.
+std::vector<std::unique_ptr<GroupRunner>> start_generated_compiles(
+    std::shared_ptr<const Graph> graph, std::vector<KernelGroup> groups,
+    const KernelCacheLocation& cache);
+
+// Blocks until every batch started so far has finished compiling.
+void wait_for_background_compiles();
+
+// Microseconds callers have spent waiting for batches, process-wide.
+std::uint64_t background_compile_wait_us();
+
+}  // namespace mybackend
