@@ -24,6 +24,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -123,7 +124,27 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "matmul.json").write_text(json.dumps(body, indent=2))
         (args.out / "matmul.md").write_text(text + "\n")
     print(text)
+    print(timed_choices_text(_timed_choices()))
     return 0
+
+
+def _timed_choices() -> list[dict[str, Any]]:
+    from mybackend import _C
+
+    return list(_C.cublaslt_timed_choices())
+
+
+def timed_choices_text(choices: list[dict[str, Any]]) -> str:
+    """What each timed cuBLASLt choice of the run compared (Note [Timed
+    algorithm choice]): one line per candidate, the kept one marked."""
+    lines = []
+    for choice in choices:
+        lines.append(f"timed choice for {choice['signature']}:")
+        for k, (config, ms) in enumerate(choice["candidates"]):
+            mark = "*" if k == choice["chosen"] else " "
+            time_text = f"{ms:.4f} ms" if ms >= 0 else "no launch"
+            lines.append(f"  {mark} {time_text}  {config}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,25 @@ void bind_matmul(py::module_& m) {
       },
       "Counters of the process's cuBLASLt algorithm cache: hits, misses, entries.");
   m.def(
+      "cublaslt_timed_choices",
+      [] {
+        py::list out;
+        for (const MatmulTimedChoice& choice : matmul_timed_choices()) {
+          py::dict entry;
+          entry["signature"] = choice.signature;
+          py::list candidates;
+          for (const auto& [config, ms] : choice.candidates)
+            candidates.append(py::make_tuple(config, ms));
+          entry["candidates"] = candidates;
+          entry["chosen"] = choice.chosen;
+          out.append(entry);
+        }
+        return out;
+      },
+      "The last timed cuBLASLt algorithm choices (mode max-autotune), oldest first: "
+      "signature, candidates as (configuration, mean ms; negative: failed to launch), chosen "
+      "index.");
+  m.def(
       "cudnn_sdpa_cache_stats",
       [] {
         py::dict out;

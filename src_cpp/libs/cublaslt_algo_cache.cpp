@@ -65,6 +65,17 @@ AlgoCacheStats AlgoCache::stats() const {
   return out;
 }
 
+void AlgoCache::record_timed(TimedChoiceRecord record) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (timed_choices_.size() == kKeptTimedChoices) timed_choices_.erase(timed_choices_.begin());
+  timed_choices_.push_back(std::move(record));
+}
+
+std::vector<TimedChoiceRecord> AlgoCache::timed_choices() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return timed_choices_;
+}
+
 AlgoCache& algo_cache() {
   static AlgoCache cache;
   return cache;

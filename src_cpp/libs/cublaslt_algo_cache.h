@@ -21,6 +21,7 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace mybackend::cublaslt {
 
@@ -61,6 +62,17 @@ struct AlgoChoice {
   std::size_t workspace_bytes = 0;
 };
 
+// What one timed choice compared (Note [Timed algorithm choice]): each
+// candidate's configuration ("algo 66 tile 24 stages 35 ...") and its mean
+// time per launch in ms (negative: it failed to launch), in the heuristic's
+// order, and the index of the one kept.
+struct TimedChoiceRecord {
+  std::string signature;
+  std::vector<std::string> candidates;
+  std::vector<float> ms;
+  int chosen = -1;
+};
+
 struct AlgoCacheStats {
   std::uint64_t hits = 0, misses = 0, entries = 0;
   std::uint64_t timed = 0;   // signatures whose choice was timed (Note [Timed algorithm choice])
@@ -74,6 +86,10 @@ class AlgoCache {
   void insert(const std::string& key, std::optional<AlgoChoice> choice);
   AlgoCacheStats stats() const;
   void count_timed() { timed_.fetch_add(1, std::memory_order_relaxed); }
+  // The last kKeptTimedChoices timed choices, oldest first.
+  static constexpr std::size_t kKeptTimedChoices = 64;
+  void record_timed(TimedChoiceRecord record);
+  std::vector<TimedChoiceRecord> timed_choices() const;
   void count_reused() { reused_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
@@ -81,6 +97,7 @@ class AlgoCache {
   std::unordered_map<std::string, std::optional<AlgoChoice>> entries_;
   mutable std::atomic<std::uint64_t> hits_{0}, misses_{0};
   std::atomic<std::uint64_t> timed_{0}, reused_{0};
+  std::vector<TimedChoiceRecord> timed_choices_;  // guarded by mutex_
 };
 
 // The process's cache.

@@ -113,12 +113,37 @@ bool stream_is_capturing(cudaStream_t stream) {
   return error != cudaSuccess || status != cudaStreamCaptureStatusNone;
 }
 
+// "algo 66 tile 24 stages 35 cluster 0 splitk 1 swizzle 0": the
+// configuration of a candidate, for TimedChoiceRecord.
+std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
+  std::string text;
+  const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> fields[] = {
+      {CUBLASLT_ALGO_CONFIG_ID, "algo"},
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"}};
+  for (const auto& [attribute, name] : fields) {
+    std::uint32_t value = 0;
+    std::size_t written = 0;
+    // An attribute this cuBLASLt lacks is left out, not an error.
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written) !=
+        CUBLAS_STATUS_SUCCESS)
+      continue;
+    text += (text.empty() ? "" : " ") + std::string(name) + " " + std::to_string(value);
+  }
+  return text;
+}
+
 // The fastest of the heuristic's top candidates (Note [Timed algorithm choice]).
 std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, const Launch& l) {
   const std::string key = "timed:" + signature.key();
   if (auto cached = algo_cache().find(key)) return *cached;
   const std::vector<AlgoChoice> candidates = heuristic_candidates(signature, l, kTimedCandidates);
   std::optional<AlgoChoice> best;
+  TimedChoiceRecord record;
+  record.signature = signature.key();
   if (candidates.size() == 1) best = candidates.front();
   if (candidates.size() > 1) {
     std::size_t workspace_bytes = 0;
@@ -129,6 +154,8 @@ std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, con
       workspace = c10::cuda::CUDACachingAllocator::get()->allocate(workspace_bytes);
     float best_ms = 0.0f;
     for (const AlgoChoice& candidate : candidates) {
+      record.candidates.push_back(describe_algo(candidate.algo));
+      record.ms.push_back(-1.0f);
       if (l.run(candidate, workspace.get()) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
       at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
       start.record(at::cuda::getCurrentCUDAStream());
@@ -138,12 +165,16 @@ std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, con
       end.record(at::cuda::getCurrentCUDAStream());
       end.synchronize();
       const float ms = start.elapsed_time(end);
-      if (launched && (!best || ms < best_ms)) {
+      if (!launched) continue;
+      record.ms.back() = ms / kTimedLaunches;
+      if (!best || ms < best_ms) {
         best = candidate;
         best_ms = ms;
+        record.chosen = static_cast<int>(record.candidates.size()) - 1;
       }
     }
     algo_cache().count_timed();
+    algo_cache().record_timed(std::move(record));
   }
   algo_cache().insert(key, best);
   return best;

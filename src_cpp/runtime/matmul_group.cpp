@@ -94,6 +94,17 @@ std::vector<std::pair<std::string, std::uint64_t>> matmul_algo_cache_counters() 
           {"reused", stats.reused}};
 }
 
+std::vector<MatmulTimedChoice> matmul_timed_choices() {
+  std::vector<MatmulTimedChoice> out;
+  for (const cublaslt::TimedChoiceRecord& r : cublaslt::algo_cache().timed_choices()) {
+    MatmulTimedChoice choice{r.signature, {}, r.chosen};
+    for (std::size_t k = 0; k < r.candidates.size(); ++k)
+      choice.candidates.emplace_back(r.candidates[k], r.ms[k]);
+    out.push_back(std::move(choice));
+  }
+  return out;
+}
+
 }  // namespace mybackend
 
 #else  // !MYBACKEND_WITH_CUDA
@@ -107,6 +118,8 @@ RunnerResult make_matmul_runner(const Graph&, std::shared_ptr<const MatmulSpec>)
 std::vector<std::pair<std::string, std::uint64_t>> matmul_algo_cache_counters() {
   return {{"hits", 0}, {"misses", 0}, {"entries", 0}, {"timed", 0}, {"reused", 0}};
 }
+
+std::vector<MatmulTimedChoice> matmul_timed_choices() { return {}; }
 
 }  // namespace mybackend
 

@@ -32,4 +32,15 @@ RunnerResult make_matmul_runner(const Graph& graph, std::shared_ptr<const Matmul
 // entries); all zero without CUDA.
 std::vector<std::pair<std::string, std::uint64_t>> matmul_algo_cache_counters();
 
+// The process's last timed algorithm choices (Note [Timed algorithm choice];
+// signatures with one candidate are not timed), oldest first: the
+// signature, each candidate's configuration and mean ms (negative: it failed
+// to launch), and the index kept. Empty without CUDA.
+struct MatmulTimedChoice {
+  std::string signature;
+  std::vector<std::pair<std::string, float>> candidates;
+  int chosen = -1;
+};
+std::vector<MatmulTimedChoice> matmul_timed_choices();
+
 }  // namespace mybackend

@@ -27,3 +27,20 @@ def test_flop_count_is_the_gemm() -> None:
 def test_main_skips_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert matmul.main([]) == 0
     assert "skipped" in capsys.readouterr().out
+
+
+def test_timed_choices_mark_the_kept_candidate() -> None:
+    choices = [
+        {
+            "signature": "sig",
+            "candidates": [("algo 66 tile 24", 0.068), ("algo 66 tile 20", 0.061), ("b", -1.0)],
+            "chosen": 1,
+        }
+    ]
+    lines = matmul.timed_choices_text(choices).splitlines()
+    assert lines == [
+        "timed choice for sig:",
+        "    0.0680 ms  algo 66 tile 24",
+        "  * 0.0610 ms  algo 66 tile 20",
+        "    no launch  b",
+    ]

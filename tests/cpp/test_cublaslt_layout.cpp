@@ -120,6 +120,17 @@ TEST(CublasLtLayout, AlignmentAndCacheKey) {
   EXPECT_EQ(cache.stats().misses, 1u);
 }
 
+TEST(CublasLtLayout, TimedChoicesKeepTheLastOnes) {
+  AlgoCache cache;
+  const std::size_t made = AlgoCache::kKeptTimedChoices + 3;
+  for (std::size_t k = 0; k < made; ++k)
+    cache.record_timed(TimedChoiceRecord{"sig" + std::to_string(k), {"algo 1"}, {0.5f}, 0});
+  const std::vector<TimedChoiceRecord> kept = cache.timed_choices();
+  ASSERT_EQ(kept.size(), AlgoCache::kKeptTimedChoices);
+  EXPECT_EQ(kept.front().signature, "sig3");  // oldest first, the first three dropped
+  EXPECT_EQ(kept.back().signature, "sig" + std::to_string(made - 1));
+}
+
 }  // namespace
 }  // namespace mybackend::cublaslt
 

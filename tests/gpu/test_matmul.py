@@ -410,3 +410,11 @@ def test_max_autotune_times_the_candidates(mode: str) -> None:
     assert len(specs) == 2 and all("algorithm=timed" in s for s in specs), specs
     # Each product timed once (if cuBLASLt offered more than one candidate), never again.
     assert 1 <= after["timed"] - before["timed"] <= 2, (before, after)
+    # Each timed choice is on record: the kept candidate is the fastest timed.
+    choices = _C.cublaslt_timed_choices()[-(after["timed"] - before["timed"]) :]
+    for choice in choices:
+        times = [ms for _, ms in choice["candidates"]]
+        assert len(times) > 1 and all(
+            config.startswith("algo ") for config, _ in choice["candidates"]
+        )
+        assert times[choice["chosen"]] == min(t for t in times if t >= 0), choice
