@@ -1,5 +1,7 @@
 #include "runtime/background_compile.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +22,10 @@ struct RunningBatches {
   std::mutex mutex;
   std::condition_variable done;
   int running = 0;
+  // The process that started them: a child forked meanwhile has none of
+  // their threads and must wait for none (read before locking: the mutex
+  // may have been held by another thread at the fork).
+  std::atomic<pid_t> owner{0};
 };
 
 RunningBatches& running_batches() {
@@ -39,23 +45,37 @@ class CompileBatch {
                KernelCacheLocation cache)
       : graph_(std::move(graph)), groups_(std::move(groups)), cache_(std::move(cache)) {
     {
-      std::lock_guard<std::mutex> lock(running_batches().mutex);
-      ++running_batches().running;
+      RunningBatches& batches = running_batches();
+      std::lock_guard<std::mutex> lock(batches.mutex);
+      if (batches.owner.load() != getpid()) {  // a parent's batches never finish here
+        batches.running = 0;
+        batches.owner = getpid();
+      }
+      ++batches.running;
     }
     thread_ = std::thread([this] { compile(); });
   }
   CompileBatch(const CompileBatch&) = delete;
   CompileBatch& operator=(const CompileBatch&) = delete;
   ~CompileBatch() {
-    if (thread_.joinable()) thread_.join();
+    if (thread_.joinable()) {
+      if (pid_ == getpid()) {
+        thread_.join();
+      } else {
+        thread_.detach();  // a forked child: the thread exists only in the parent
+      }
+    }
   }
 
-  // Group k's result once the batch has finished.
+  // Group k's result once the batch has finished. In a child forked while
+  // the batch compiled, the compile never finishes there: every group runs
+  // as ATen calls.
   const GeneratedCompileResult& result(std::size_t k) {
+    if (pid_ != getpid() && !finished_.load()) return forked_;
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!finished_) {
+    if (!finished_.load()) {
       const auto start = std::chrono::steady_clock::now();
-      finished_changed_.wait(lock, [this] { return finished_; });
+      finished_changed_.wait(lock, [this] { return finished_.load(); });
       wait_us() += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                   std::chrono::steady_clock::now() - start)
                                                   .count());
@@ -93,9 +113,11 @@ class CompileBatch {
   std::shared_ptr<const Graph> graph_;  // the kernels refer to it
   std::vector<KernelGroup> groups_;     // their specs too (shared_ptrs)
   KernelCacheLocation cache_;
+  const pid_t pid_ = getpid();
+  GeneratedCompileResult forked_{nullptr, "the process forked while its kernels compiled"};
   std::mutex mutex_;
   std::condition_variable finished_changed_;
-  bool finished_ = false;
+  std::atomic<bool> finished_{false};
   std::vector<GeneratedCompileResult> results_;
   std::thread thread_;  // last: started once everything above exists
 };
@@ -145,6 +167,7 @@ std::vector<std::unique_ptr<GroupRunner>> start_generated_compiles(
 
 void wait_for_background_compiles() {
   RunningBatches& batches = running_batches();
+  if (batches.owner.load() != getpid()) return;  // none, or a parent's
   std::unique_lock<std::mutex> lock(batches.mutex);
   batches.done.wait(lock, [&] { return batches.running == 0; });
 }

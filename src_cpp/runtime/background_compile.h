@@ -17,7 +17,9 @@
 // PendingKernel is destroyed, and wait_for_background_compiles() (called at
 // interpreter exit, mybackend/__init__.py) waits for every batch still
 // compiling, so that no compile runs while the process tears down the
-// kernel cache and NVRTC.
+// kernel cache and NVRTC. A child forked while a batch compiles has no
+// thread for it: it waits for none of its parent's batches, and its groups
+// of such a batch run as ATen calls.
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,10 @@ runs NVRTC, which needs no GPU either (the kernels load on first run only).
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -164,6 +167,39 @@ def test_kernels_compile_beside_the_caller() -> None:
     assert after["compiles"] == before["compiles"] + 1
     assert after["wait_us"] > before["wait_us"]
     _C.wait_for_background_compiles()  # nothing left to wait for: returns
+
+
+def test_a_child_forked_during_a_compile_waits_for_none() -> None:
+    # Note [Kernels compiled beside the caller]: the batch's thread exists
+    # only in the parent; a child must neither hang at exit nor on a report.
+    scale = 1.0 + random.random()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        x = torch.empty((64, 8), device="cuda")
+    lowered = lower(make_fx(lambda x: torch.tan(x * scale), tracing_mode="fake")(x), [])
+    options = {"generated_kernels": True, "kernel_cache_dir": ""}
+    compiled = _C.compile(lowered.graph, options, lowered.run_python_node)
+    pid = os.fork()
+    if pid == 0:  # the child: exits with 0 only if neither call hangs or raises
+        try:
+            _C.wait_for_background_compiles()
+            kernel = compiled.report()["kernels"][0]
+            ok = kernel["compiled"] or "forked" in kernel["problem"]
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert compiled.report()["kernels"][0]["compiled"]  # the parent's batch finished
 
 
 @pytest.mark.parametrize(
