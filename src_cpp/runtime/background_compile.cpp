@@ -71,7 +71,10 @@ class CompileBatch {
   // the batch compiled, the compile never finishes there: every group runs
   // as ATen calls.
   const GeneratedCompileResult& result(std::size_t k) {
-    if (pid_ != getpid() && !finished_.load()) return forked_;
+    // Every launch of the group asks: once finished (results_ written before
+    // finished_ was set), no lock and no getpid() system call.
+    if (finished_.load(std::memory_order_acquire)) return results_.at(k);
+    if (pid_ != getpid()) return forked_;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!finished_.load()) {
       const auto start = std::chrono::steady_clock::now();
