@@ -66,14 +66,7 @@ std::string take_norm_epilogue(const GraphIndex& index,
     with.inputs.push_back({"ein" + std::to_string(k), reads[k]});
   for (std::size_t k = 0; k < stored.size(); ++k)
     with.outputs.push_back({"eout" + std::to_string(k), stored[k]});
-  for (const NormSpec* s : {&with.spec, &with.general}) {
-    if (std::string p = validate(*s); !p.empty()) return "epilogue not taken: " + p;
-  }
-  match->nodes.insert(match->nodes.end(), nodes.begin(), nodes.end());
-  std::sort(match->nodes.begin(), match->nodes.end());
-  match->group = std::make_shared<NormGroup>(std::move(with));
-  return "with " + std::to_string(nodes.size()) + " epilogue elementwise op" +
-         (nodes.size() > 1 ? "s" : "");
+  return adopt_norm_part(std::move(with), nodes, "epilogue", match);
 }
 
 }  // namespace mybackend

@@ -499,6 +499,18 @@ bool is_cross_entropy_op(const std::string& op) {
          op == "mybackend::cross_entropy_backward.default";
 }
 
+std::string adopt_norm_part(NormGroup with, const std::vector<NodeId>& nodes,
+                            const std::string& part, NormMatch* match) {
+  for (const NormSpec* s : {&with.spec, &with.general}) {
+    if (std::string p = validate(*s); !p.empty()) return part + " not taken: " + p;
+  }
+  match->nodes.insert(match->nodes.end(), nodes.begin(), nodes.end());
+  std::sort(match->nodes.begin(), match->nodes.end());
+  match->group = std::make_shared<NormGroup>(std::move(with));
+  return "with " + std::to_string(nodes.size()) + " " + part + " elementwise op" +
+         (nodes.size() > 1 ? "s" : "");
+}
+
 // Note [Norm outputs in 16 bits]
 // Under autocast a layer norm runs in f32 and its result is cast to bf16
 // (or fp16) for the product that follows: a kernel writing f32 rows, then a

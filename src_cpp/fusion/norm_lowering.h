@@ -49,6 +49,13 @@ struct NormMatch {
 std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partition, NodeId anchor,
                        NormMatch* out);
 
+// Makes `with` (the match's group, its specs given a prologue or epilogue,
+// `part`, of the elementwise `nodes`) the match's group once both specs
+// validate. Returns the explanation: "with 2 epilogue elementwise ops", or
+// "epilogue not taken: <why>" leaving the match as it was.
+std::string adopt_norm_part(NormGroup with, const std::vector<NodeId>& nodes,
+                            const std::string& part, NormMatch* match);
+
 // Ops that anchor a norm group (for the planner's refusal texts).
 bool is_norm_anchor(const std::string& op);
 // mybackend's fused cross-entropy ops (mybackend/cross_entropy.py).

@@ -58,14 +58,7 @@ std::string take_norm_prologue(const GraphIndex& index,
   with.inputs.erase(with.inputs.begin() + (x - norm.inputs.begin()));
   for (std::size_t k = 0; k < reads.size(); ++k)
     with.inputs.push_back({"in" + std::to_string(k), reads[k]});
-  for (const NormSpec* s : {&with.spec, &with.general}) {
-    if (std::string p = validate(*s); !p.empty()) return "prologue not taken: " + p;
-  }
-  match->nodes.insert(match->nodes.end(), nodes.begin(), nodes.end());
-  std::sort(match->nodes.begin(), match->nodes.end());
-  match->group = std::make_shared<NormGroup>(std::move(with));
-  return "with " + std::to_string(nodes.size()) + " prologue elementwise op" +
-         (nodes.size() > 1 ? "s" : "");
+  return adopt_norm_part(std::move(with), nodes, "prologue", match);
 }
 
 }  // namespace mybackend
