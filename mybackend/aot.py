@@ -34,6 +34,7 @@ from mybackend.debug.dumps import dump_graph
 from mybackend.debug.repro import write_reproducer
 from mybackend.debug.tracing import emit_graph_artifacts
 from mybackend.decompositions import decomposition_table
+from mybackend.gc_pause import collections_paused
 from mybackend.lowering import lower
 from mybackend.lowering.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
@@ -150,7 +151,11 @@ def compile_aten_graph(
         from mybackend.debug.background import BackgroundGraphFunction
 
         return BackgroundGraphFunction(name, gm, compile_now, strict=options.strict)
-    return compile_now()
+    # A backward graph compiles on autograd's first backward call, outside
+    # the backend's own pause. Not for background compiles: the caller's
+    # thread runs on meanwhile (Note [No cyclic collections while compiling]).
+    with collections_paused():
+        return compile_now()
 
 
 def _compile_now(

@@ -16,6 +16,7 @@ import torch.fx
 
 from mybackend._logging import apply_env_log_settings, get_logger, warn_once
 from mybackend.aot import compile_with_aot
+from mybackend.gc_pause import collections_paused
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
 
@@ -33,7 +34,8 @@ def mybackend_backend(
     parsed = Options.from_user(mode, options)
     apply_env_log_settings()
     try:
-        return compile_with_aot(gm, example_inputs, parsed)
+        with collections_paused():  # Note [No cyclic collections while compiling]
+            return compile_with_aot(gm, example_inputs, parsed)
     except Exception as error:
         if parsed.strict:
             raise

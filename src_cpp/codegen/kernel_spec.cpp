@@ -131,6 +131,14 @@ std::string PointwiseSpec::to_string() const {
 
 std::uint64_t PointwiseSpec::hash() const { return fnv1a64(to_string()); }
 
+void make_scalars_arguments(PointwiseSpec& spec) {
+  for (PwScalar& s : spec.scalars) {
+    if (s.dtype != DType::Float32 && s.dtype != DType::Float64) continue;
+    if (!std::isfinite(s.f) || s.f == 0.0 || s.f == 1.0 || s.f == -1.0) continue;
+    s.is_argument = true;
+  }
+}
+
 std::string ReductionSpec::to_string() const {
   std::ostringstream out;
   out << "reduction " << reduce_op_name(op) << " axis=" << reduce_axis_name(axis)

@@ -140,6 +140,20 @@ struct PointwiseSpec {
   std::uint64_t hash() const;
 };
 
+// Note [Scalars as kernel arguments]
+// A pointwise kernel's fp32/fp64 scalars other than 0, 1 and -1 become
+// kernel arguments instead of literals of its source. Scalars that come from
+// shapes are the reason: a training batch norm's gradient scales by 1/(N*H*W),
+// one value per ResNet-50 stage, so its backward had groups identical but for
+// that literal; one source per value meant 30 NVRTC programs where 20 are
+// distinct (dumped kernels of ResNet-50 training, 2026-11-26). The kernel name
+// and source now say "arg" (PwScalar::is_argument), the launch passes the
+// value, and every stage shares one program. 0 and +-1 stay literals: they are
+// the same everywhere (a ReLU's threshold, a sign) and let NVVM fold them.
+// Values are passed as double and rounded to float in the kernel, as the
+// literal would have been.
+void make_scalars_arguments(PointwiseSpec& spec);
+
 // ---- reduction --------------------------------------------------------------
 
 enum class ReduceOp : std::int8_t { Sum, Mean, Amax, Amin, Prod, Var, Std, Argmax, Argmin };

@@ -38,12 +38,17 @@ bool dense_strides(const std::vector<std::int64_t>& shape,
 }
 
 // Which of a call's tensors (inputs, then outputs) each parameter of an
-// entry names: "in3" / "stride_in3" -> 3, "out1" -> inputs + 1; -1 for the
-// scalar parameters. Parsed once per variant, not per launch.
+// entry names: "in3" / "stride_in3" -> 3, "out1" -> inputs + 1; for a
+// scalar argument "scalar2" its position in the spec's scalars, 2; -1 for
+// numel and the shape. Parsed once per variant, not per launch.
 std::vector<int> parameter_tensors(const KernelEntry& entry, std::size_t n_inputs) {
   std::vector<int> out;
   out.reserve(entry.params.size());
   for (const KernelParam& p : entry.params) {
+    if (p.name.rfind("scalar", 0) == 0) {
+      out.push_back(static_cast<int>(std::stoul(p.name.substr(6))));
+      continue;
+    }
     if (p.kind != KernelParam::Kind::Pointer && p.kind != KernelParam::Kind::Dims) {
       out.push_back(-1);
       continue;
@@ -159,15 +164,22 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
           args.set_pointer(i, tensors[static_cast<std::size_t>(t)].data_ptr());
           break;
         case KernelParam::Kind::Int64:
+          if (t >= 0) {
+            args.set_int(i, group_->spec.scalars[static_cast<std::size_t>(t)].i);
+            break;
+          }
           MB_ASSERT(p.name == "numel", "unexpected kernel parameter ", p.name);
           args.set_int(i, numel);
           break;
         case KernelParam::Kind::Dims:
           args.set_dims(i, t < 0 ? shape : strides[static_cast<std::size_t>(t)]);
           break;
-        case KernelParam::Kind::Float64:
+        case KernelParam::Kind::Float64:  // Note [Scalars as kernel arguments]
+          MB_ASSERT(t >= 0, "unexpected kernel parameter ", p.name);
+          args.set_double(i, group_->spec.scalars[static_cast<std::size_t>(t)].f);
+          break;
         case KernelParam::Kind::Bytes:
-          MB_ASSERT(false, "pointwise groups take no scalar or struct arguments, got ", p.name);
+          MB_ASSERT(false, "pointwise groups take no struct arguments, got ", p.name);
       }
     }
     const DeviceModules::Loaded& l = modules_.on(device_index, v);
@@ -185,7 +197,13 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
 
 KernelBuild pointwise_build(const Graph& graph, std::shared_ptr<const PointwiseGroup> group) {
   const int device = graph.value(group->outputs[0]).tensor.device.index;
-  return two_variant_build<PointwiseKernel>(KernelKind::Pointwise, graph, std::move(group), device,
+  // Groups that differ only in a scalar share one program (Note [Scalars as
+  // kernel arguments]); the fusion plan keeps its literals for the reports.
+  auto launched = std::make_shared<PointwiseGroup>(*group);
+  make_scalars_arguments(launched->spec);
+  make_scalars_arguments(launched->general);
+  return two_variant_build<PointwiseKernel>(KernelKind::Pointwise, graph,
+                                            std::shared_ptr<const PointwiseGroup>(launched), device,
                                             emit_pointwise);
 }
 

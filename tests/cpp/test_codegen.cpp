@@ -6,6 +6,7 @@
 #if MYBACKEND_WITH_CODEGEN
 
 #include <algorithm>
+#include <limits>
 #include <regex>
 #include <set>
 #include <string>
@@ -279,6 +280,38 @@ TEST(CodegenPointwise, EmissionIsDeterministicAndNamedByHash) {
             emit_pointwise(fused_chain(IndexMode::Contiguous, false)).entries[0].name);
   // The source carries its spec as a comment, for dumps.
   EXPECT_NE(a.source.find("// pointwise rank=2"), std::string::npos);
+}
+
+// Note [Scalars as kernel arguments]: y = x * scale + shift, for two values of
+// scale, is one program; 0, +-1, infinities and 16-bit scalars stay literals.
+TEST(CodegenPointwise, ScalarsBecomeArgumentsSoValuesShareAProgram) {
+  auto scaled = [](double scale) {
+    PointwiseSpec spec = op_spec(PwOp::Mul, DType::Float32, IndexMode::Aligned, 1);
+    spec.scalars[0].f = scale;
+    return spec;
+  };
+  PointwiseSpec a = scaled(1.0 / 3136), b = scaled(1.0 / 784);
+  EXPECT_NE(emit_pointwise(a).source, emit_pointwise(b).source);  // literals differ
+  make_scalars_arguments(a);
+  make_scalars_arguments(b);
+  ASSERT_TRUE(a.scalars[0].is_argument);
+  const EmittedKernel ka = emit_pointwise(a);
+  EXPECT_EQ(ka.source, emit_pointwise(b).source);
+  EXPECT_EQ(ka.entries[0].name, emit_pointwise(b).entries[0].name);
+  bool has_scalar_param = false;
+  for (const KernelParam& p : ka.entries[0].params)
+    has_scalar_param |= p.name == "scalar0" && p.kind == KernelParam::Kind::Float64;
+  EXPECT_TRUE(has_scalar_param);
+  compile_all({{"scalar argument", ka}});
+
+  for (double kept : {0.0, 1.0, -1.0, std::numeric_limits<double>::infinity()}) {
+    PointwiseSpec literal = scaled(kept);
+    make_scalars_arguments(literal);
+    EXPECT_FALSE(literal.scalars[0].is_argument) << kept;
+  }
+  PointwiseSpec half = op_spec(PwOp::Mul, DType::BFloat16, IndexMode::Aligned, 1);
+  make_scalars_arguments(half);
+  EXPECT_FALSE(half.scalars[0].is_argument);
 }
 
 TEST(CodegenSpec, PointwiseTextIsStable) {

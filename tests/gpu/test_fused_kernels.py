@@ -8,6 +8,7 @@ generated kernels ran rather than the ATen fallback.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -142,6 +143,28 @@ def test_unaligned_inputs_take_the_safe_path() -> None:
     # (compiled, or read from a cache) by the first call that needs it.
     assert _fetched_images(before, middle) == 0
     assert _fetched_images(middle, after) == 1
+
+
+def test_groups_that_differ_in_a_scalar_share_one_program() -> None:
+    """Note [Scalars as kernel arguments]: two groups, alike but for a scale
+    (a batch-norm gradient's 1/count per stage), launch one program, each
+    with its own value."""
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x * (1 / 3136) + 1).relu(), (y * (1 / 784) + 1).relu()
+
+    x = torch.randn(64, 128, device="cuda") * 3000
+    y = torch.randn(32, 128, device="cuda") * 800  # another shape: a group of its own
+    compiled = _compile(fn, x, y)
+    texts = [k["kernel"] for k in compiled.report()["kernels"] if k["kind"] == "pointwise"]
+    assert len(texts) == 2, compiled.report()["kernels"]
+    names = [re.findall(r"mb_pointwise_[0-9a-f]+", text)[0] for text in texts]
+    assert names[0] == names[1], texts
+    (got_x, got_y), launched = _generated_kernels_launched(lambda: compiled.run([x, y]))
+    assert launched == 2
+    want_x, want_y = fn(x, y)
+    torch.testing.assert_close(got_x, want_x, **TOL[torch.float32])
+    torch.testing.assert_close(got_y, want_y, **TOL[torch.float32])
 
 
 def test_model_runs_generated_kernels() -> None:
