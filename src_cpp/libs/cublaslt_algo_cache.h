@@ -63,9 +63,10 @@ struct AlgoChoice {
 };
 
 // What one timed choice compared (Note [Timed algorithm choice]): each
-// candidate's configuration ("algo 66 tile 24 stages 35 ...") and its mean
-// time per launch in ms (negative: it failed to launch), in the heuristic's
-// order, and the index of the one kept.
+// candidate's configuration ("algo 66 tile 24 stages 35 ... workspace 4")
+// and its mean time per launch in ms (negative: it failed to launch), in the
+// heuristic's order (those with workspace, then those without), and the
+// index of the one kept.
 struct TimedChoiceRecord {
   std::string signature;
   std::vector<std::string> candidates;

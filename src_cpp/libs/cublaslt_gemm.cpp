@@ -65,16 +65,18 @@ struct Launch {
 
   cublasStatus_t run(const AlgoChoice& choice, void* workspace) const {
     return cublasLtMatmul(handle, desc.get(), &alpha, a_data, a.get(), b_data, b.get(), &beta,
-                          c_data, c.get(), d_data, d.get(), &choice.algo, workspace,
-                          choice.workspace_bytes, stream);
+                          c_data, c.get(), d_data, d.get(), &choice.algo,
+                          choice.workspace_bytes > 0 ? workspace : nullptr, choice.workspace_bytes,
+                          stream);
   }
 };
 
-// Up to `count` of the heuristic's algorithms for `signature`, best first.
-std::vector<AlgoChoice> heuristic_candidates(const Signature& signature, const Launch& l,
-                                             int count) {
+// Up to `count` of the heuristic's algorithms for `signature` that need at
+// most `max_workspace` bytes, best first.
+std::vector<AlgoChoice> heuristic_candidates(const Signature& signature, const Launch& l, int count,
+                                             std::size_t max_workspace = kMaxWorkspaceBytes) {
   MatmulPreference preference;
-  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kMaxWorkspaceBytes});
+  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{max_workspace});
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, signature.a.alignment);
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, signature.b.alignment);
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, signature.c.alignment);
@@ -140,7 +142,10 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
 std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, const Launch& l) {
   const std::string key = "timed:" + signature.key();
   if (auto cached = algo_cache().find(key)) return *cached;
-  const std::vector<AlgoChoice> candidates = heuristic_candidates(signature, l, kTimedCandidates);
+  std::vector<AlgoChoice> candidates = heuristic_candidates(signature, l, kTimedCandidates);
+  // The same configurations without workspace: no memset before each launch.
+  for (const AlgoChoice& c : heuristic_candidates(signature, l, kTimedCandidates, 0))
+    candidates.push_back(c);
   std::optional<AlgoChoice> best;
   TimedChoiceRecord record;
   record.signature = signature.key();
@@ -154,7 +159,8 @@ std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, con
       workspace = c10::cuda::CUDACachingAllocator::get()->allocate(workspace_bytes);
     float best_ms = 0.0f;
     for (const AlgoChoice& candidate : candidates) {
-      record.candidates.push_back(describe_algo(candidate.algo));
+      record.candidates.push_back(describe_algo(candidate.algo) + " workspace " +
+                                  std::to_string(candidate.workspace_bytes));
       record.ms.push_back(-1.0f);
       if (l.run(candidate, workspace.get()) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
       at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);

@@ -23,11 +23,18 @@
 // so it never runs while the stream is being captured into a CUDA graph:
 // such a run takes the heuristic's answer and times later. A candidate that
 // fails to launch is skipped. The last comparisons are kept with each
-// candidate's configuration and time (_C.cublaslt_timed_choices(), printed
-// by benchmarks.micro.matmul): on the MLP up-projection the heuristic's
-// eighth candidate (128x128 tiles) ran 10% faster than its first in a bare
-// cuBLASLt loop, while the timed choice's product was only 3-5% faster than
-// the untimed one; the record says which candidate the timing kept.
+// candidate's configuration, workspace and time (_C.cublaslt_timed_choices(),
+// printed by benchmarks.micro.matmul). On the MLP up-projection (H100,
+// 2026-11-26) the record showed the choice right: the heuristic's eighth
+// candidate, 128x128 tiles, 0.061 ms against its first's 0.069.
+//
+// The candidates are asked for twice: with the workspace the untimed choice
+// allows, and with none. Hopper's nvjet kernels ask for a few bytes of
+// workspace (a tile-scheduler counter) and cuBLASLt clears it with a memset
+// before every launch; the same configurations without workspace launch
+// alone and ran 3% faster in a back-to-back loop (the eighth: 0.0593 ms
+// against 0.0611). Configurations that need a real workspace (split-K
+// partials) stay candidates beside them, so timing decides.
 //
 // Precision: f16 and bf16 operands compute in f32 (CUBLAS_COMPUTE_32F);
 // f32 uses CUBLAS_COMPUTE_32F_FAST_TF32 when torch allows TF32 for cuBLAS
