@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "libs/cublaslt_handles.h"
 
@@ -144,8 +145,15 @@ std::optional<AlgoChoice> choose_timed_algorithm(const Signature& signature, con
   if (auto cached = algo_cache().find(key)) return *cached;
   std::vector<AlgoChoice> candidates = heuristic_candidates(signature, l, kTimedCandidates);
   // The same configurations without workspace: no memset before each launch.
-  for (const AlgoChoice& c : heuristic_candidates(signature, l, kTimedCandidates, 0))
-    candidates.push_back(c);
+  // One that already needed none is in the list: timed once.
+  const std::size_t with_workspace = candidates.size();
+  for (const AlgoChoice& c : heuristic_candidates(signature, l, kTimedCandidates, 0)) {
+    const auto same = [&c](const AlgoChoice& o) {
+      return o.workspace_bytes == 0 && std::memcmp(&o.algo, &c.algo, sizeof c.algo) == 0;
+    };
+    if (std::none_of(candidates.begin(), candidates.begin() + with_workspace, same))
+      candidates.push_back(c);
+  }
   std::optional<AlgoChoice> best;
   TimedChoiceRecord record;
   record.signature = signature.key();
