@@ -21,6 +21,15 @@ device-to-device copy of 0.1 ms). What is rewritten: a ``full`` of 0
 read only by an accumulating ``index_put`` read only by an ``add`` (no
 ``alpha``) whose other operand has the scatter's shape and dtype, so the
 add neither broadcasts nor promotes.
+
+The decomposition table keeps ``embedding_dense_backward`` whole (its
+CUDA kernel sums a row's duplicate indices in parallel, where
+``index_put``'s serializes them: Note [Embedding gradients stay whole]),
+so the lookup's gradient usually reaches this pass as that op. A sum
+``add(a, embedding_dense_backward(rows, tokens, V, -1, False))`` is
+folded the same way, into ``index_put(a, [tokens], rows, True)``: with no
+padding index and no frequency scaling the op is exactly that scatter
+into zeros. Tokens are in range, since the forward lookup checked them.
 """
 
 from __future__ import annotations
@@ -51,16 +60,16 @@ def fold_scatter_adds(gm: torch.fx.GraphModule, *, recompile: bool = True) -> in
         if add.op != "call_function" or add.target is not aten.add.Tensor or add.kwargs:
             continue
         for scatter, addend in ((add.args[1], add.args[0]), (add.args[0], add.args[1])):
-            if _zero_scatter(scatter) and _same_type(addend, scatter):
-                _, indices, values, _ = scatter.args
+            operands = _scatter_operands(scatter)
+            if operands is not None and _same_type(addend, scatter):
+                indices, values, dead_inputs = operands
                 in_place = _fresh_and_read_once(addend)
                 target = aten.index_put_.default if in_place else aten.index_put.default
                 with graph.inserting_before(add):
                     into = graph.call_function(target, (addend, indices, values, True))
                 into.meta = dict(add.meta)
                 add.replace_all_uses_with(into)
-                zeros = scatter.args[0]
-                for dead in (add, scatter, zeros):
+                for dead in (add, scatter, *dead_inputs):
                     graph.erase_node(dead)
                 folded += 1
                 break
@@ -69,20 +78,31 @@ def fold_scatter_adds(gm: torch.fx.GraphModule, *, recompile: bool = True) -> in
     return folded
 
 
-def _zero_scatter(node: Any) -> bool:
-    """An accumulating index_put into a zero-filled tensor, each read once."""
-    if not isinstance(node, torch.fx.Node) or node.target is not aten.index_put.default:
-        return False
-    if len(node.users) != 1 or len(node.args) != 4 or node.args[3] is not True:
-        return False
-    zeros = node.args[0]
-    return (
+def _scatter_operands(node: Any) -> tuple[Any, Any, tuple[torch.fx.Node, ...]] | None:
+    """For a scatter-add into zeros read once (an accumulating index_put into
+    a zero fill read once, or a plain embedding_dense_backward): its index
+    list, its values and the nodes only it reads; else None."""
+    if not isinstance(node, torch.fx.Node) or len(node.users) != 1:
+        return None
+    if node.target is aten.embedding_dense_backward.default:
+        rows, tokens, _, padding_idx, scale_grad_by_freq = node.args
+        if padding_idx >= 0 or scale_grad_by_freq:
+            return None
+        return [tokens], rows, ()
+    if node.target is not aten.index_put.default:
+        return None
+    if len(node.args) != 4 or node.args[3] is not True:
+        return None
+    zeros, indices, values, _ = node.args
+    if not (
         isinstance(zeros, torch.fx.Node)
         and zeros.target is aten.full.default
         and len(zeros.users) == 1
         and len(zeros.args) == 2
         and zeros.args[1] == 0
-    )
+    ):
+        return None
+    return indices, values, (zeros,)
 
 
 def _same_type(addend: Any, scatter: torch.fx.Node) -> bool:

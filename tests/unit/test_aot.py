@@ -65,3 +65,21 @@ def test_batch_norm_backward_stays_one_node() -> None:
     model(x).square().sum().backward()
     for got, want in zip(expected, (p.grad for p in model.parameters()), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_embedding_gradient_stays_one_node() -> None:
+    """Note [Embedding gradients stay whole]: a token type per position
+    (every row into row 0) and a padding index, summed as eager does."""
+    embedding = torch.nn.Embedding(5, 3, padding_idx=2)
+    tokens = torch.tensor([[0, 0, 2, 4], [0, 2, 0, 1]])
+    compiled = torch.compile(embedding, backend="mybackend", options={"strict": True})
+    out, _ = compiled_records(lambda: compiled(tokens))
+    _, backward = compiled_records(lambda: out.square().sum().backward())
+    ir = backward[0].ir_text
+    assert "aten::embedding_dense_backward.default" in ir, ir
+    assert "aten::index_put" not in ir, ir
+    got = embedding.weight.grad.clone()
+    embedding.zero_grad()
+    embedding(tokens).square().sum().backward()
+    torch.testing.assert_close(got, embedding.weight.grad)
+    assert got[2].abs().sum() == 0  # the padding row takes no gradient

@@ -23,6 +23,14 @@ def _scatter(values: torch.Tensor, index: torch.Tensor, fill: float = 0) -> torc
     return aten.index_put.default(zeros, [index], values, True)
 
 
+def _lookup_gradient(
+    values: torch.Tensor, index: torch.Tensor, padding_idx: int = -1, by_freq: bool = False
+) -> torch.Tensor:
+    """The lookup's gradient as the decomposition table leaves it: whole
+    (Note [Embedding gradients stay whole])."""
+    return aten.embedding_dense_backward.default(values, index, VOCAB, padding_idx, by_freq)
+
+
 def _inputs() -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     index = torch.randint(0, VOCAB, (TOKENS,), generator=gen)
@@ -40,8 +48,13 @@ def _targets(gm: torch.fx.GraphModule) -> list[Any]:
 
 @pytest.mark.parametrize(
     "fn",
-    [lambda a, i, v: a + _scatter(v, i), lambda a, i, v: _scatter(v, i) + a],
-    ids=["addend-first", "scatter-first"],
+    [
+        lambda a, i, v: a + _scatter(v, i),
+        lambda a, i, v: _scatter(v, i) + a,
+        lambda a, i, v: a + _lookup_gradient(v, i),
+        lambda a, i, v: _lookup_gradient(v, i) + a,
+    ],
+    ids=["addend-first", "scatter-first", "lookup-gradient-second", "lookup-gradient-first"],
 )
 def test_the_scatter_accumulates_into_the_addend(fn: Callable[..., torch.Tensor]) -> None:
     inputs = _inputs()
@@ -63,8 +76,21 @@ def test_the_scatter_accumulates_into_the_addend(fn: Callable[..., torch.Tensor]
         lambda a, i, v: a.double() + _scatter(v, i),  # the add promotes
         lambda a, i, v: torch.add(a, _scatter(v, i), alpha=2),
         lambda a, i, v: _read_twice(a, _scatter(v, i)),
+        lambda a, i, v: a + _lookup_gradient(v, i, padding_idx=3),
+        lambda a, i, v: a + _lookup_gradient(v, i, by_freq=True),
+        lambda a, i, v: _read_twice(a, _lookup_gradient(v, i)),
     ],
-    ids=["ones", "not-accumulating", "broadcast", "promotes", "alpha", "scatter-read-twice"],
+    ids=[
+        "ones",
+        "not-accumulating",
+        "broadcast",
+        "promotes",
+        "alpha",
+        "scatter-read-twice",
+        "lookup-gradient-with-padding",
+        "lookup-gradient-by-frequency",
+        "lookup-gradient-read-twice",
+    ],
 )
 def test_other_sums_are_left_alone(fn: Callable[..., Any]) -> None:
     gm = make_fx(fn)(*_inputs())
