@@ -320,35 +320,51 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
         << ", I>(load, store, static_cast<I>(rows), static_cast<I>(n));\n";
   }
   src << "}\n";
-  if (spec.axis != ReduceAxis::Outer) return EmittedKernel{src.str(), {entry}};
+  // A warp per row has rows too short to split.
+  if (spec.axis == ReduceAxis::Inner && !inner_block) return EmittedKernel{src.str(), {entry}};
 
-  // Note [Split outer reductions]: entries 1 and 2 take the same
-  // parameters plus the workspace and the chunk length.
+  // Note [Split outer reductions], Note [Split inner reductions]: entries 1
+  // and 2 take the same parameters plus the workspace and the chunk length.
+  // The outer totals run blocks of (32, 8), the inner ones a block per row.
+  const bool outer = spec.axis == ReduceAxis::Outer;
   const std::string split_params = p.src.str() +
                                    ",\n    void* __restrict__ partials,"
                                    "\n    const long long chunk";
   const std::string acc = reducer + "::AccT";
   const std::string sizes =
-      "static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner), static_cast<I>(chunk), ";
+      outer ? "static_cast<I>(outer), static_cast<I>(n), "
+              "static_cast<I>(inner), static_cast<I>(chunk), "
+            : "static_cast<I>(rows), static_cast<I>(n), static_cast<I>(chunk), ";
+  const std::string partials_call =
+      outer ? "mb::reduce_outer_partials<" + reducer + ", I>"
+            : "mb::reduce_inner_partials<" + reducer + ", I, " + std::to_string(vec) + ">";
+  const std::string totals_call =
+      std::string(outer ? "mb::reduce_outer_totals<" : "mb::reduce_inner_totals<") + reducer +
+      ", I>";
   std::vector<KernelEntry> entries{entry};
   for (const char* stage : {"_partials", "_totals"}) {
+    const bool partials = std::string(stage) == "_partials";
     KernelEntry e = entry;
     e.name += stage;
     e.params.push_back({KernelParam::Kind::Pointer, "partials"});
     e.params.push_back({KernelParam::Kind::Int64, "chunk"});
+    if (!partials && outer) {
+      e.block_x = 32;
+      e.block_y = 8;
+    }
+    if (!partials) e.elements_per_thread = 1;
     entries.push_back(e);
-    const bool partials = std::string(stage) == "_partials";
     src << "\nextern \"C\" __global__ void __launch_bounds__("
-        << std::to_string(entry.block_x * entry.block_y) << ") " << e.name << "(" << split_params
+        << std::to_string(e.block_x * e.block_y) << ") " << e.name << "(" << split_params
         << ") {\n";
     if (partials) {
       src << "  const Load load{" << join(p.load_init) << "};\n"
-          << "  mb::reduce_outer_partials<" << reducer << ", I>(load, " << sizes << "static_cast<"
-          << acc << "*>(partials));\n";
+          << "  " << partials_call << "(load, " << sizes << "static_cast<" << acc
+          << "*>(partials));\n";
     } else {
       src << "  const Store store{" << join(p.store_init) << "};\n"
-          << "  mb::reduce_outer_totals<" << reducer << ", I>(store, " << sizes
-          << "static_cast<const " << acc << "*>(partials));\n";
+          << "  " << totals_call << "(store, " << sizes << "static_cast<const " << acc
+          << "*>(partials));\n";
     }
     src << "}\n";
   }

@@ -142,10 +142,11 @@ std::string outer_tile_assert();
 // Column tiles of an outer reduction over `outer` slices of `inner` columns.
 std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner);
 
-// Row chunks for an outer reduction of n rows that has `tiles` column tiles
-// (Note [Split outer reductions], Note [Split parameter grads]): enough
-// blocks for about four per SM, each chunk at least min_rows long; 1 when
-// the tiles alone fill the GPU.
+// Chunks for a reduction over n whose one-pass kernel has `tiles` blocks
+// (an outer reduction's column tiles, Note [Split outer reductions], Note
+// [Split parameter grads]; an inner reduction's rows, Note [Split inner
+// reductions]): enough blocks for about four per SM, each chunk at least
+// min_rows long; 1 when the one-pass blocks alone fill the GPU.
 std::int64_t outer_row_splits(std::int64_t tiles, std::int64_t n, int sm_count,
                               std::int64_t min_rows);
 

@@ -24,13 +24,23 @@ std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::
   return p;
 }
 
-// A long reduction into so few results that one block per result would
-// leave most of the GPU idle: ATen's split reductions are faster there.
+// A long Inner reduction into so few results that one block per result
+// would leave most of the GPU idle: ATen's split reductions are faster
+// there than a kernel without split entries (Note [Split inner reductions]).
 constexpr std::int64_t kSplitReductionWork = std::int64_t{1} << 22;
 // Note [Split outer reductions]: the fewest rows a chunk takes, and the
 // workspace bytes per partial (the device code asserts its accumulators fit).
 constexpr std::int64_t kMinSplitRows = 64;
 constexpr std::int64_t kPartialBytes = 32;
+// Note [Split inner reductions]: the fewest elements a chunk takes, 32 a
+// thread of a 256-thread block. A block per row walked BERT's 3.1M-element
+// MSE at about 0.23 us per 256-vector step (720 us), so a row of 2 x 8192
+// f32 (16 steps, ~4 us) is about where halving it pays for the second
+// launch; longer rows gain more.
+constexpr std::int64_t kMinSplitElements = 8192;
+// Chunks are whole multiples of this many elements, so each starts on a
+// whole vector of any width the emitter picks (at most 8 elements).
+constexpr std::int64_t kInnerChunkAlign = 256;
 
 class ReductionKernel final : public GroupKernel<ReductionGroup> {
  public:
@@ -119,9 +129,11 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     for (const auto& t : c.epilogue_inputs) {
       if (t.defined() && t.device() != device) return fail("inputs on different devices");
     }
-    // Outer reductions into few columns run split (Note [Split outer reductions]).
+    // Reductions into few results run split (Note [Split outer reductions],
+    // Note [Split inner reductions]); a kernel without split entries (a
+    // warp per row, whose rows are short) leaves long ones to ATen.
     const bool few_results = s.axis == ReduceAxis::Inner && results < 64;
-    if (few_results && c.n * results >= kSplitReductionWork)
+    if (few_results && c.n * results >= kSplitReductionWork && !splits_everywhere())
       return fail("only " + std::to_string(results) + " results of " + std::to_string(c.n) +
                   " elements each: ATen's split reduction is faster (ran ATen for this call)");
     c10::cuda::CUDAGuard guard(device);
@@ -143,28 +155,51 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     return true;
   }
 
-  // Note [Split outer reductions]: the chunk length for an Outer reduction
-  // of this call, or 0 when its column tiles alone fill the GPU (or the
-  // kernel has no split entries).
+  // Whether variant v carries the _partials and _totals entries.
+  bool has_split_entries(std::size_t v) const { return variants_[v].kernel.entries.size() >= 3; }
+  bool splits_everywhere() const {
+    for (std::size_t v = 0; v < variants_.size(); ++v) {
+      if (!has_split_entries(v)) return false;
+    }
+    return true;
+  }
+
+  // Blocks of the one-pass kernel (Outer: column tiles; Inner: rows), the
+  // units that the split form multiplies by the chunk count.
+  std::int64_t split_units(const Call& c) const {
+    return group_->spec.axis == ReduceAxis::Outer ? outer_column_tiles(c.rows, c.inner) : c.rows;
+  }
+
+  // The chunk length for this call (Note [Split outer reductions]: rows of
+  // n; Note [Split inner reductions]: elements of a row), or 0 when the
+  // one-pass kernel's blocks alone fill the GPU (or the kernel has no split
+  // entries).
   std::int64_t split_chunk(std::size_t v, const Call& c, int sm_count) const {
-    if (group_->spec.axis != ReduceAxis::Outer || variants_[v].kernel.entries.size() < 3) return 0;
-    const std::int64_t tiles = outer_column_tiles(c.rows, c.inner);
-    const std::int64_t splits = outer_row_splits(tiles, c.n, sm_count, kMinSplitRows);
-    return splits < 2 ? 0 : (c.n + splits - 1) / splits;
+    if (!has_split_entries(v)) return 0;
+    const bool outer = group_->spec.axis == ReduceAxis::Outer;
+    const std::int64_t splits =
+        outer_row_splits(split_units(c), c.n, sm_count, outer ? kMinSplitRows : kMinSplitElements);
+    if (splits < 2) return 0;
+    const std::int64_t chunk = (c.n + splits - 1) / splits;
+    return outer ? chunk : (chunk + kInnerChunkAlign - 1) / kInnerChunkAlign * kInnerChunkAlign;
   }
 
   void launch_variant(std::size_t v, const Call& c, int device_index) const {
     const DeviceModules::Loaded& l = modules_.on(device_index, v);
     const std::int64_t resident = static_cast<std::int64_t>(l.sm_count) * 16;
     if (const std::int64_t chunk = split_chunk(v, c, l.sm_count); chunk > 0) {
+      // The device code counts the chunks the same way (rounding the chunk
+      // up may leave fewer than outer_row_splits asked for).
       const std::int64_t splits = (c.n + chunk - 1) / chunk;
+      // Inner: c.inner is 1, one partial a row and chunk.
       const at::Tensor partials = at::empty({splits * c.rows * c.inner * kPartialBytes},
                                             c.inputs[0].options().dtype(at::kByte));
-      const std::int64_t tiles = outer_column_tiles(c.rows, c.inner);
-      launch_entry(v, 1, c, device_index, std::min(tiles * splits, resident), &partials, chunk);
-      // reduce_outer_totals: a block per 32 results.
-      launch_entry(v, 2, c, device_index, std::min((c.rows * c.inner + 31) / 32, resident),
-                   &partials, chunk);
+      launch_entry(v, 1, c, device_index, std::min(split_units(c) * splits, resident), &partials,
+                   chunk);
+      // Totals: a block per 32 columns (Outer), a block per row (Inner).
+      const bool outer = group_->spec.axis == ReduceAxis::Outer;
+      const std::int64_t total_blocks = outer ? (c.rows * c.inner + 31) / 32 : c.rows;
+      launch_entry(v, 2, c, device_index, std::min(total_blocks, resident), &partials, chunk);
       return;
     }
     const KernelEntry& entry = variants_[v].kernel.entries[0];

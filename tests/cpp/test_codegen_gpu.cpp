@@ -561,9 +561,11 @@ double reduce_reference(ReduceOp op, const std::vector<double>& v, double correc
 
 class GpuReduction : public GpuTest {
  protected:
-  // Reduces a [outer, n, inner] tensor over n (Inner: inner == 1).
+  // Reduces a [outer, n, inner] tensor over n (Inner: inner == 1); with
+  // chunk > 0 through the split entries (Note [Split outer reductions],
+  // Note [Split inner reductions]) in chunks of that length.
   void check(ReduceOp op, DType dtype, ReduceAxis axis, ReduceStrategy strategy, long long outer,
-             long long n, long long inner) {
+             long long n, long long inner, long long chunk = 0) {
     ReductionSpec spec;
     spec.op = op;
     spec.axis = axis;
@@ -577,13 +579,23 @@ class GpuReduction : public GpuTest {
                                           op == ReduceOp::Prod ? 1.1 : 2, 11);
     for (auto& x : v) x = round_to(dtype, is_floating(dtype) ? x : x * 50);
     const bool nan_ok = op == ReduceOp::Amax || op == ReduceOp::Amin || arg;
-    if (nan_ok && is_floating(dtype)) v[(1 * n + n / 2) * inner] = NAN;  // NaN wins
+    if (nan_ok && is_floating(dtype) && outer > 1) v[(1 * n + n / 2) * inner] = NAN;  // NaN wins
     Buffer in(dtype, v);
     Buffer out(spec.out_dtype, (outer * inner));
     const EmittedKernel kernel = emit_reduction(spec);
     std::map<std::string, Arg> named = {{"in0", ptr(in)}, {"out0", ptr(out)}, {"n", i64(n)}};
     named.insert({{"rows", i64(outer)}, {"outer", i64(outer)}, {"inner", i64(inner)}});
-    run(kernel, 0, by_name(kernel.entries[0], named), 5);
+    if (chunk > 0) {
+      ASSERT_EQ(kernel.entries.size(), 3u);
+      // 32 bytes a partial, as the runtime sizes the workspace.
+      const long long splits = (n + chunk - 1) / chunk;
+      Buffer partials(kF64, static_cast<std::size_t>(splits * outer * inner * 4), NAN);
+      named.insert({{"partials", ptr(partials)}, {"chunk", i64(chunk)}});
+      run(kernel, 1, by_name(kernel.entries[1], named), 5);
+      run(kernel, 2, by_name(kernel.entries[2], named), 2);
+    } else {
+      run(kernel, 0, by_name(kernel.entries[0], named), 5);
+    }
     std::vector<double> want;
     for (long long o = 0; o < outer; ++o) {
       for (long long j = 0; j < inner; ++j) {
@@ -595,7 +607,8 @@ class GpuReduction : public GpuTest {
     const double tol = dtype == kF32 ? 2e-5 : dtype == kBF16 ? 2e-2 : 0;
     expect_close(out.read(), want, tol, tol,
                  std::string(reduce_op_name(op)) + "/" + std::string(reduce_axis_name(axis)) + "/" +
-                     std::string(reduce_strategy_name(strategy)) + "/" + std::to_string(n));
+                     std::string(reduce_strategy_name(strategy)) + "/" + std::to_string(n) +
+                     (chunk > 0 ? "/chunk" + std::to_string(chunk) : ""));
   }
 };
 
@@ -611,6 +624,22 @@ TEST_F(GpuReduction, EveryOpAndLayoutMatchesReference) {
   check(ReduceOp::Var, kBF16, kOuter, kBlock, 2, 64, 33);
   check(ReduceOp::Sum, kI32, kInner, kBlock, 5, 1000, 1);
   check(ReduceOp::Argmax, kI32, kOuter, kBlock, 2, 64, 33);
+}
+
+// Note [Split inner reductions]: rows cut in chunks (the last one short)
+// give what one block per row gives; argmax/argmin return indices within
+// the whole row, mean and var divide by the whole row length. 256-element
+// chunks read vectors; chunks of 102 (not whole vectors: never the
+// runtime's choice) and rows of 1001 read scalars.
+TEST_F(GpuReduction, SplitInnerMatchesReference) {
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Amax, ReduceOp::Var, ReduceOp::Std,
+                      ReduceOp::Argmax, ReduceOp::Argmin}) {
+    check(op, kF32, kInner, kBlock, 3, 2000, 1, 256);
+    check(op, kF32, kInner, kBlock, 1, 1001, 1, 256);
+    check(op, kF32, kInner, kBlock, 2, 1000, 1, 102);
+  }
+  check(ReduceOp::Sum, kBF16, kInner, kBlock, 37, 4096, 1, 512);
+  check(ReduceOp::Argmax, kI32, kInner, kBlock, 3, 3000, 1, 768);
 }
 
 // out0[r] = sum_c f32(a[r,c]) * f32(b[r,c]) * rsqrt(s) + bias[r]; out1 = bf16(out0) at stride 2.

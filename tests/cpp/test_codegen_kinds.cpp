@@ -169,9 +169,10 @@ TEST(CodegenReduction, PrologueAndEpilogueFuse) {
   EXPECT_EQ(cases[3].kernel.entries[0].block_y, 8);
   // Note [Split outer reductions]: Outer kernels carry the split pair,
   // with the same parameters plus the workspace and the chunk length (they
-  // compiled above, with the rest of the module); Inner kernels do not.
+  // compiled above, with the rest of the module); so do Inner block-per-row
+  // ones (Note [Split inner reductions], tested in SplitInnerEntries).
   ASSERT_EQ(cases[3].kernel.entries.size(), 3u);
-  EXPECT_EQ(cases[0].kernel.entries.size(), 1u);
+  EXPECT_EQ(cases[0].kernel.entries.size(), 3u);
   for (std::size_t e : {1u, 2u}) {
     const KernelEntry& entry = cases[3].kernel.entries[e];
     EXPECT_EQ(entry.name, cases[3].kernel.entries[0].name + (e == 1 ? "_partials" : "_totals"));
@@ -183,6 +184,79 @@ TEST(CodegenReduction, PrologueAndEpilogueFuse) {
     EXPECT_EQ(split_params, want);
   }
   for (std::size_t c : {2u, 3u}) EXPECT_TRUE(outcomes[c].ok()) << outcomes[c].error;
+}
+
+// The PTX of one entry: from its .entry line to the next function.
+std::string ptx_of_entry(const std::string& ptx, const std::string& name) {
+  const std::size_t at = ptx.find(".entry " + name + "(");
+  if (at == std::string::npos) return {};
+  const std::size_t next = ptx.find(".entry ", at + 1);
+  return ptx.substr(at, next == std::string::npos ? std::string::npos : next - at);
+}
+
+// Note [Split inner reductions]: an Inner block-per-row kernel carries
+// _partials (the spec's block, reading the row's vectors as entry 0 does)
+// and _totals (the spec's block, a block per row), each with entry 0's
+// parameters plus the workspace and the chunk length; a warp per row keeps
+// its one entry.
+TEST(CodegenReduction, SplitInnerEntries) {
+  std::vector<Case> cases;
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Var, ReduceOp::Argmax}) {
+    ReductionSpec spec = plain_reduction(op, DType::Float32, ReduceAxis::Inner,
+                                         ReduceStrategy::BlockPerRow, IndexMode::Aligned);
+    spec.threads = 128;
+    ASSERT_EQ(validate(spec), "") << spec.to_string();
+    cases.push_back({std::string(reduce_op_name(op)), emit_reduction(spec)});
+  }
+  cases.push_back(
+      {"fused/strided", emit_reduction(fused_reduction(ReduceAxis::Inner, IndexMode::Strided))});
+  const auto outcomes = compile_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<KernelEntry>& entries = cases[i].kernel.entries;
+    ASSERT_EQ(entries.size(), 3u) << cases[i].label;
+    EXPECT_EQ(entries[1].name, entries[0].name + "_partials");
+    EXPECT_EQ(entries[2].name, entries[0].name + "_totals");
+    std::vector<std::string> want;
+    for (const auto& p : entries[0].params) want.push_back(p.name);
+    EXPECT_NE(std::find(want.begin(), want.end(), "rows"), want.end()) << cases[i].label;
+    EXPECT_EQ(std::find(want.begin(), want.end(), "inner"), want.end()) << cases[i].label;
+    want.push_back("partials");
+    want.push_back("chunk");
+    for (std::size_t e : {1u, 2u}) {
+      std::vector<std::string> got;
+      for (const auto& p : entries[e].params) got.push_back(p.name);
+      EXPECT_EQ(got, want) << entries[e].name;
+      EXPECT_EQ(entries[e].params[want.size() - 2].kind, KernelParam::Kind::Pointer);
+      EXPECT_EQ(entries[e].params[want.size() - 1].kind, KernelParam::Kind::Int64);
+    }
+    EXPECT_EQ(entries[1].block_x, entries[0].block_x) << cases[i].label;
+    EXPECT_EQ(entries[1].block_y, 1) << cases[i].label;
+    EXPECT_EQ(entries[1].elements_per_thread, entries[0].elements_per_thread) << cases[i].label;
+    EXPECT_EQ(entries[2].block_x, entries[0].block_x) << cases[i].label;
+    EXPECT_EQ(entries[2].block_y, 1) << cases[i].label;
+    EXPECT_EQ(entries[2].elements_per_thread, 1) << cases[i].label;
+    ASSERT_TRUE(outcomes[i].ok()) << cases[i].label;
+    const std::string& ptx = outcomes[i].kernel->image;
+    for (const KernelEntry& e : entries) {
+      const std::string body = ptx_of_entry(ptx, e.name);
+      ASSERT_FALSE(body.empty()) << e.name << "\n" << ptx;
+      // __launch_bounds__ follows each entry's own block.
+      EXPECT_NE(body.find(".maxntid " + std::to_string(e.block_x * e.block_y) + ", 1, 1"),
+                std::string::npos)
+          << e.name << "\n"
+          << body;
+    }
+    // Aligned f32 rows: the partials read 16-byte vectors, as entry 0 does;
+    // strided inputs read scalars.
+    const bool aligned = i < 3;
+    EXPECT_EQ(entries[0].elements_per_thread, aligned ? 4 : 1) << cases[i].label;
+    EXPECT_EQ(has_16_byte_load(ptx_of_entry(ptx, entries[0].name)), aligned) << cases[i].label;
+    EXPECT_EQ(has_16_byte_load(ptx_of_entry(ptx, entries[1].name)), aligned) << cases[i].label;
+  }
+  EXPECT_EQ(cases[0].kernel.entries[0].block_x, 128);
+  const ReductionSpec warp = plain_reduction(ReduceOp::Sum, DType::Float32, ReduceAxis::Inner,
+                                             ReduceStrategy::WarpPerRow, IndexMode::Aligned);
+  EXPECT_EQ(emit_reduction(warp).entries.size(), 1u);
 }
 
 TEST(CodegenReduction, TextShowsNestedSpecs) {

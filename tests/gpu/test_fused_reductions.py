@@ -143,6 +143,71 @@ def test_split_outer_reductions(name: str, shape: tuple[int, ...], dtype: torch.
     _check(COLUMN_REDUCTIONS[name], _randn(*shape, dtype=dtype), kind="reduction", tol=tol)
 
 
+def _ran_split(prof: torch.profiler.profile) -> bool:
+    """Whether a split reduction's two entries ran under `prof`."""
+    names = [e.name for e in prof.events() if e.name.startswith("mb_reduction_")]
+    return any(n.endswith("_partials") for n in names) and any(n.endswith("_totals") for n in names)
+
+
+SPLIT_INNER: dict[str, Callable[..., Any]] = {
+    "sum": lambda x: (x * 0.5).sum(-1),
+    "mean": lambda x: (x * x).mean(-1),
+    "var": lambda x: torch.var(x * 3, dim=-1, correction=1),
+    "amax": lambda x: x.abs().amax(-1),
+    "argmax": lambda x: (x * 2).argmax(-1),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "n", "dtype"),
+    [
+        # Past 2^22 elements into one result: ATen ran this call before the
+        # split form; an odd row is not whole vectors (the scalar loads).
+        ("sum", 1, 4_194_305, BF16),
+        ("mean", 3, 1_048_576, F32),
+        ("var", 63, 100_000, F32),  # 6.3M elements into 63: also ATen's before
+        ("amax", 3, 5_000, BF16),  # too short to split: a block per row
+        ("argmax", 1, 2_000_000, F32),
+        ("argmax", 63, 65_536, BF16),
+    ],
+    ids=str,
+)
+def test_split_inner_reductions(name: str, rows: int, n: int, dtype: torch.dtype) -> None:
+    """Note [Split inner reductions]: few long rows are cut in chunks whose
+    partials combine in order (argmax indices within the whole row, mean and
+    var over the whole row); the generated kernel runs, not ATen's split
+    reduction, which it replaced for such calls."""
+    tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == F32 else TOL_SUM[dtype]
+    x = _randn(rows, n, dtype=dtype)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _check(SPLIT_INNER[name], x, kind="reduction", tol=tol)
+    # Chunks of at least 8192 elements: 5000 stays one pass.
+    assert _ran_split(prof) == (n >= 2 * 8192), [e.name for e in prof.events()]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_mse_loss_runs_split_under_torch_compile(dtype: torch.dtype) -> None:
+    """BERT-base's MSE loss, one mean over 4096 x 768 elements with its
+    subtraction and square as the prologue: the split inner form (720 us as
+    one block on an H100 before it), through torch.compile."""
+    from tests.testing import compiled_records
+
+    def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return ((x - t) ** 2).mean()
+
+    x, t = _randn(4096, 768, dtype=dtype), _randn(4096, 768, dtype=dtype)
+    compiled = torch.compile(fn, backend="mybackend", options={"strict": True})
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got, records = compiled_records(lambda: compiled(x, t))
+        torch.cuda.synchronize()
+    assert _ran_split(prof), [e.name for e in prof.events()]
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == F32 else TOL_SUM[dtype]
+    torch.testing.assert_close(got, fn(x, t), **tol)
+    stats = [r.compiled.stats() for r in records if r.compiled]
+    assert sum(s["generated_reductions_run"] for s in stats) == 1, stats
+    assert sum(s["generated_kernel_fallbacks"] for s in stats) == 0, stats
+
+
 def test_full_reduction_with_epilogue() -> None:
     _check(lambda x: (x * 2).sum().sqrt(), _randn(37, 41).abs(), kind="reduction", tol=TOL_SUM[F32])
 
