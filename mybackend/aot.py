@@ -43,7 +43,7 @@ from mybackend.lowering.matmul_padding import pad_matmuls
 from mybackend.lowering.mutations import batch_input_mutations
 from mybackend.lowering.permuted_cats import write_permuted_cats
 from mybackend.lowering.scatter_adds import fold_scatter_adds
-from mybackend.lowering.widening_casts import split_widening_casts
+from mybackend.lowering.widening_casts import cast_after_views, split_widening_casts
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
 
@@ -195,20 +195,22 @@ def _compile_now(
             start = time.perf_counter()
         # All rewrite in place; one code generation serves them (the eager
         # fallback may run `planned` when it is `gm` itself).
-        copied = split = 0
+        copied = moved = split = 0
         if options.generated_kernels:
             copied = copy_batch_norm_gradients(planned, recompile=False)
+            moved = cast_after_views(planned, recompile=False)
             split = split_widening_casts(planned, recompile=False)
         folded = fold_scatter_adds(planned, recompile=False)
         cats = write_permuted_cats(planned, recompile=False)
-        if copied or split or folded or cats:
+        if copied or moved or split or folded or cats:
             planned.recompile()
             log.debug(
-                "%s: %d batch-norm gradients copied for their sums, %d widening casts copied "
-                "per reader, %d scatter sums folded, %d permuted copies written by their "
-                "concatenation",
+                "%s: %d batch-norm gradients copied for their sums, %d widening casts moved "
+                "after their views, %d copied per reader, %d scatter sums folded, %d permuted "
+                "copies written by their concatenation",
                 name,
                 copied,
+                moved,
                 split,
                 folded,
                 cats,

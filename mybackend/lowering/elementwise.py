@@ -21,11 +21,24 @@ def is_pointwise(node: torch.fx.Node) -> bool:
 
 def is_dtype_cast(node: torch.fx.Node) -> bool:
     """``aten._to_copy`` changing only the dtype, or
-    ``prims.convert_element_type``: elementwise, though not tagged so."""
+    ``prims.convert_element_type``: elementwise, though not tagged so.
+    Autocast's backward writes its casts with ``layout=torch.strided`` and
+    the tensor's own device, which change nothing."""
     if node.op != "call_function":
         return False
     if node.target is aten._to_copy.default:
-        return set(node.kwargs) == {"dtype"} and len(node.args) == 1
+        if len(node.args) != 1 or "dtype" not in node.kwargs:
+            return False
+        if not set(node.kwargs) <= {"dtype", "layout", "device"}:
+            return False
+        if node.kwargs.get("layout", torch.strided) != torch.strided:
+            return False
+        source = node.args[0]
+        device = node.kwargs.get("device")
+        if device is None:
+            return True
+        value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        return isinstance(value, torch.Tensor) and value.device == torch.device(device)
     return node.target is prims.convert_element_type.default
 
 

@@ -1,5 +1,6 @@
 """Stage 3: one widening cast per elementwise reader (Note [One widening cast
-per reader]), on fake CUDA graphs planned and compiled without a GPU."""
+per reader]) and casts moved after their views (Note [Widening casts after
+views]), on fake CUDA graphs planned and compiled without a GPU."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from mybackend.lowering.widening_casts import split_widening_casts
-from tests.unit.test_matmul_plan import _kernels, _on_fake_cuda
+from mybackend.lowering.widening_casts import cast_after_views, split_widening_casts
+from tests.unit.test_matmul_plan import _kernels, _matmuls, _on_fake_cuda
 
 BF16 = torch.bfloat16
 aten = torch.ops.aten
@@ -120,3 +121,76 @@ def test_casts_it_leaves_alone() -> None:
     )
     assert len(_casts(cpu)) == 1
     assert split_widening_casts(cpu) == 0
+
+
+def _mlp_gradient(a: torch.Tensor, b: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """GPT-2's MLP gradient under autocast: a bf16 product upcast as autocast's
+    backward writes it, viewed to [batch, tokens, features] and read by the
+    GELU backward's elementwise ops."""
+    wide = aten._to_copy.default(
+        torch.mm(a, b), dtype=torch.float32, layout=torch.strided, device=a.device
+    )
+    g = wide.view(2, 8, 32)
+    return (g * h * 0.5 + g).to(BF16)
+
+
+def _mlp_graph() -> torch.fx.GraphModule:
+    return _on_fake_cuda(
+        _mlp_gradient,
+        torch.randn(16, 24, dtype=BF16),
+        torch.randn(24, 32, dtype=BF16),
+        torch.randn(2, 8, 32),
+    )
+
+
+def test_a_cast_behind_a_view_moves_after_it_and_joins_its_readers() -> None:
+    gm = _mlp_graph()
+    [before] = _matmuls(gm, generated_kernels=True)
+    assert "written in f32" in before["why"], before  # the product stored wide
+    assert cast_after_views(gm) == 1
+    [cast] = [c for c in _casts(gm) if c.meta["val"].dtype == torch.float32]
+    assert cast.args[0].target is aten.view.default
+    assert cast.args[0].args[0].target is aten.mm.default
+    assert cast.meta["val"].shape == (2, 8, 32) and cast.meta["val"].dtype == torch.float32
+    [after] = _matmuls(gm, generated_kernels=True)
+    assert "written in f32" not in after["why"], after
+    kernels, ops = _kernels(gm, generated_kernels=True)
+    [pointwise] = [k for k in kernels if k["kind"] == "pointwise"]
+    assert "aten::_to_copy.default" in [ops[n] for n in pointwise["nodes"]]
+    inputs = [line.split() for line in pointwise["spec"].splitlines() if line.startswith("  in")]
+    assert sorted(dtype for _, dtype, *_ in inputs) == ["bf16", "f32"], pointwise["spec"]
+    assert cast_after_views(gm) == 0
+
+
+def test_the_moved_cast_computes_the_same_values() -> None:
+    gm = _mlp_graph()
+    cast_after_views(gm)
+    for node in gm.graph.nodes:  # run the rewritten code on CPU tensors
+        if "device" in node.kwargs:
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+    gm.recompile()
+    a, b = torch.randn(16, 24, dtype=BF16), torch.randn(24, 32, dtype=BF16)
+    h = torch.randn(2, 8, 32)
+    torch.testing.assert_close(gm(a, b, h), _mlp_gradient(a, b, h), rtol=0, atol=0)
+
+
+def test_casts_behind_views_it_leaves_alone() -> None:
+    def read_by_a_reduction(x: torch.Tensor) -> torch.Tensor:
+        return x.float().view(2, 8, 32).sum(dim=1)
+
+    def read_twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wide = x.float()
+        return wide.view(2, 8, 32) * 2, wide + 1
+
+    def a_strided_source(x: torch.Tensor) -> torch.Tensor:
+        return x.t().float().reshape(2, 16, 16) * 2
+
+    for fn, shape in [
+        (read_by_a_reduction, (16, 32)),
+        (read_twice, (16, 32)),
+        (a_strided_source, (32, 16)),
+    ]:
+        gm = _on_fake_cuda(fn, torch.randn(*shape, dtype=BF16))
+        before = gm.code
+        assert cast_after_views(gm) == 0, fn.__name__
+        assert gm.code == before
