@@ -348,10 +348,8 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     e.name += stage;
     e.params.push_back({KernelParam::Kind::Pointer, "partials"});
     e.params.push_back({KernelParam::Kind::Int64, "chunk"});
-    if (!partials && outer) {
-      e.block_x = 32;
-      e.block_y = 8;
-    }
+    // Totals read one partial a thread, in entry 0's block: (32, 8) for
+    // Outer, the spec's threads for Inner.
     if (!partials) e.elements_per_thread = 1;
     entries.push_back(e);
     src << "\nextern \"C\" __global__ void __launch_bounds__("

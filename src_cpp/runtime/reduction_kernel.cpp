@@ -133,7 +133,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     // Note [Split inner reductions]); a kernel without split entries (a
     // warp per row, whose rows are short) leaves long ones to ATen.
     const bool few_results = s.axis == ReduceAxis::Inner && results < 64;
-    if (few_results && c.n * results >= kSplitReductionWork && !splits_everywhere())
+    if (few_results && c.n * results >= kSplitReductionWork && !has_split_entries(0))
       return fail("only " + std::to_string(results) + " results of " + std::to_string(c.n) +
                   " elements each: ATen's split reduction is faster (ran ATen for this call)");
     c10::cuda::CUDAGuard guard(device);
@@ -155,14 +155,9 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     return true;
   }
 
-  // Whether variant v carries the _partials and _totals entries.
+  // Whether variant v carries the _partials and _totals entries (every
+  // variant comes from the one spec, so all of them do or none).
   bool has_split_entries(std::size_t v) const { return variants_[v].kernel.entries.size() >= 3; }
-  bool splits_everywhere() const {
-    for (std::size_t v = 0; v < variants_.size(); ++v) {
-      if (!has_split_entries(v)) return false;
-    }
-    return true;
-  }
 
   // Blocks of the one-pass kernel (Outer: column tiles; Inner: rows), the
   // units that the split form multiplies by the chunk count.
