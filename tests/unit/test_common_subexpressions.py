@@ -20,6 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mybackend.aot import min_cut_partition
 from mybackend.common_subexpressions import eliminate_common_subexpressions
 from mybackend.decompositions import decomposition_table
+from tests.testing import HANG_GUARD_S
 
 aten = torch.ops.aten
 
@@ -144,7 +145,11 @@ def test_a_training_compile_does_not_load_inductor() -> None:
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        check=True,
     )
     assert result.stdout.strip().splitlines()[-1] == "False", result.stdout + result.stderr
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
+import warnings
 from typing import Any
 
 import pytest
@@ -11,7 +11,7 @@ import torch
 
 import mybackend.aot
 from mybackend.debug.background import BackgroundGraphFunction
-from tests.testing import compiled_records
+from tests.testing import HANG_GUARD_S, compiled_records, wait_until
 
 
 def _model(x: torch.Tensor) -> torch.Tensor:
@@ -22,7 +22,7 @@ def _slow_lower(release: threading.Event) -> Any:
     real = mybackend.aot.lower
 
     def slow(*args: Any, **kwargs: Any) -> Any:
-        release.wait(timeout=60)
+        release.wait(timeout=HANG_GUARD_S)
         return real(*args, **kwargs)
 
     return slow
@@ -47,7 +47,7 @@ def test_runs_eagerly_until_compiled_then_switches(monkeypatch: pytest.MonkeyPat
     background = captured[0]
     assert background.eager_calls == 3 and not background.ready and background.stats() == {}
     release.set()
-    background.wait(timeout=60)
+    background.wait(timeout=HANG_GUARD_S)
     assert torch.equal(f(x), expected)
     assert background.ready and background.eager_calls == 3
     assert background.stats()["nodes_run_in_partitions"] > 0
@@ -57,22 +57,19 @@ def test_eventually_runs_compiled_without_waiting() -> None:
     f = torch.compile(_model, backend="mybackend", options={"background_compile": True})
     x = torch.randn(4, 8)
     expected = _model(x)
-    deadline = time.monotonic() + 120
 
     def run() -> torch.Tensor:
         return f(x)
 
     out, records = compiled_records(run)
     assert torch.equal(out, expected)
-    while time.monotonic() < deadline:
-        out = f(x)
-        assert torch.equal(out, expected)
+
+    def compiled_took_over() -> bool:
+        assert torch.equal(f(x), expected)
         compiled = [r.compiled for r in records if r.compiled is not None]
-        if compiled and compiled[0].stats()["nodes_run_in_partitions"] > 0:
-            break
-        time.sleep(0.01)
-    else:
-        raise AssertionError("the background compile never took over")
+        return bool(compiled) and compiled[0].stats()["nodes_run_in_partitions"] > 0
+
+    wait_until(compiled_took_over, "the background compile taking over")
 
 
 def test_training_gives_identical_gradients() -> None:
@@ -99,13 +96,17 @@ def test_failure_on_the_worker_falls_back_or_raises_in_strict(
     gm = torch.fx.symbolic_trace(torch.nn.ReLU())
     strict = BackgroundGraphFunction("g", gm, lambda: broken(), strict=True)
     with pytest.raises(RuntimeError, match="injected background failure"):
-        strict.wait(timeout=60)
+        strict.wait(timeout=HANG_GUARD_S)
     f = torch.compile(_model, backend="mybackend", options={"background_compile": True})
     x = torch.randn(4, 8)
-    with pytest.warns(UserWarning, match="injected background failure"):
-        for _ in range(200):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        def warned() -> bool:
             assert torch.equal(f(x), _model(x))
-            time.sleep(0.01)
+            return any("injected background failure" in str(w.message) for w in caught)
+
+        wait_until(warned, "the background failure's warning")
 
 
 @pytest.mark.parametrize("option", ["background_compile", "accuracy_check"])

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.testing import HANG_GUARD_S
+
 MODEL = """
 import torch
 def f(x):
@@ -24,7 +26,7 @@ def _run(env: dict[str, str], code: str = MODEL) -> subprocess.CompletedProcess[
     full.update(env)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=240, env=full, check=False,
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=full, check=False,
     )  # fmt: skip
 
 
@@ -77,7 +79,7 @@ def test_torch_trace_has_partition_map_and_fallback_report(tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_LOGS", "MYBACKEND_LOGS")}
     env["TORCH_TRACE"] = str(trace_dir)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=240, env=env, check=False)  # fmt: skip
+                          timeout=HANG_GUARD_S, env=env, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     artifacts = _artifacts(trace_dir)
     report = json.loads(artifacts["mybackend_fallback_report_graph0.inference"])

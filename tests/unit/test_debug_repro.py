@@ -12,6 +12,7 @@ import torch
 
 import mybackend
 import mybackend.aot
+from tests.testing import HANG_GUARD_S
 
 # Breaks lowering of any graph with a cumsum; imported by the test process and,
 # through FAULT, by the subprocess that runs the reproducer.
@@ -42,7 +43,7 @@ def _inject(monkeypatch: pytest.MonkeyPatch) -> None:
 def _run_script(path: Path, prelude: str = "") -> subprocess.CompletedProcess[str]:
     code = prelude + f"\nimport runpy\nrunpy.run_path({str(path)!r}, run_name='__main__')\n"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=240, env=dict(os.environ), check=False)  # fmt: skip
+                          timeout=HANG_GUARD_S, env=dict(os.environ), check=False)  # fmt: skip
 
 
 def test_compile_failure_writes_reproducer_named_in_warning(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from mybackend import _C
 from mybackend.lowering import lower
+from tests.testing import wait_until
 
 
 def _kernels(
@@ -188,17 +188,21 @@ def test_a_child_forked_during_a_compile_waits_for_none() -> None:
         except BaseException:
             ok = False
         os._exit(0 if ok else 1)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    exited: list[int] = []
+
+    def child_exited() -> bool:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            break
-        time.sleep(0.05)
-    else:
+            exited.append(status)
+        return bool(done)
+
+    try:
+        wait_until(child_exited, "the forked child's exit", poll_s=0.05)
+    except AssertionError:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        pytest.fail("the forked child hung")
-    assert os.waitstatus_to_exitcode(status) == 0
+        raise
+    assert os.waitstatus_to_exitcode(exited[0]) == 0
     assert compiled.report()["kernels"][0]["compiled"]  # the parent's batch finished
 
 

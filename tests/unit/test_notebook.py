@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.testing import HANG_GUARD_S
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mybackend_tour.ipynb"
 
 
@@ -33,8 +35,15 @@ def test_notebook_has_no_stored_outputs() -> None:
 def test_notebook_code_runs_as_a_script(tmp_path: Path) -> None:
     script = tmp_path / "notebook.py"
     script.write_text("\n\n".join(_code_cells()) + "\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path, env=dict(os.environ), check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=tmp_path,
+        env=dict(os.environ),
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "parameters match eager" in done.stdout and "inference matches eager" in done.stdout
     assert "aten::cumsum.default" in done.stdout
@@ -50,7 +59,10 @@ def test_notebook_runs_in_a_jupyter_kernel(tmp_path: Path) -> None:
 
     notebook = nbformat.read(str(NOTEBOOK), as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+        notebook,
+        timeout=HANG_GUARD_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": tmp_path}},
     )
     client.execute()
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
