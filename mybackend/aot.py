@@ -25,7 +25,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from mybackend import _C
 from mybackend._logging import get_logger, warn_once
 from mybackend.aot_logs import skipping_unread_graph_texts
-from mybackend.attention_masks import rewrite_attention_masks
+from mybackend.attention_masks import SDPA_TARGETS, rewrite_attention_masks
 from mybackend.common_subexpressions import eliminate_common_subexpressions
 from mybackend.compile_times import PARTITION, timed, timed_graph_compile
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
@@ -37,6 +37,8 @@ from mybackend.decompositions import decomposition_table
 from mybackend.gc_pause import collections_paused
 from mybackend.lowering import lower
 from mybackend.lowering.batch_norm_gradients import copy_batch_norm_gradients
+from mybackend.lowering.fake_prop import copy_graph
+from mybackend.lowering.graph_modules import new_graph_module
 from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
 from mybackend.lowering.layout import placeholder_values, plan_channels_last
 from mybackend.lowering.matmul_padding import pad_matmuls
@@ -56,6 +58,11 @@ def compile_with_aot(
 ) -> Callable[..., Any]:
     """Runs aot_autograd on a dynamo graph with our compiler for every part."""
     graph_id = next(_graph_ids)
+    # Note [Recovery runs the user's program]: the caller's graph stays as
+    # dynamo made it; the torch-level rewrites below work on a copy.
+    if _rewrites_torch_calls(gm, options):
+        copied, _ = copy_graph(gm)
+        gm = new_graph_module(gm, copied)
     if rewrite_attention_masks(gm):
         log.debug("graph%d: attention masks rewritten for fused kernels", graph_id)
     if options.fused_cross_entropy and (fused := rewrite_cross_entropy(gm)):
@@ -73,10 +80,19 @@ def compile_with_aot(
             fw_compiler=compiler("forward"),
             bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"),
-            decompositions=decomposition_table(),
+            decompositions=decomposition_table(example_inputs, gm),
             partition_fn=functools.partial(_partition, options=options),
             keep_inference_input_mutations=True,
         )
+
+
+def _rewrites_torch_calls(gm: torch.fx.GraphModule, options: Options) -> bool:
+    """Whether the dynamo graph calls what the rewrites before aot_autograd
+    may change (a scan of targets, far cheaper than a copy of the graph)."""
+    targets = set(SDPA_TARGETS)
+    if options.fused_cross_entropy:
+        targets.add(torch.nn.functional.cross_entropy)
+    return any(node.op == "call_function" and node.target in targets for node in gm.graph.nodes)
 
 
 def _partition(

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.fx
 
-_SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,)
+SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,)
 _MASK_POSITION = 3  # (query, key, value, attn_mask, dropout_p, is_causal, ...)
 
 
@@ -101,7 +101,7 @@ def rewrite_attention_masks(gm: torch.fx.GraphModule) -> int:
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     rewritten = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in _SDPA_TARGETS:
+        if node.op != "call_function" or node.target not in SDPA_TARGETS:
             continue
         mask = _mask_argument(node)
         stride = _last_stride(mask.meta.get("example_value")) if mask is not None else None

@@ -13,15 +13,29 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch.fx
+from torch._dynamo import exc as dynamo_exc
 
 from mybackend._logging import apply_env_log_settings, get_logger, warn_once
 from mybackend.aot import compile_with_aot
+from mybackend.compiled import UserGraphFallback
 from mybackend.gc_pause import collections_paused
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
 
 BACKEND_NAME = "mybackend"
 log = get_logger("dynamo")
+
+# Note [Dynamo's control-flow exceptions]
+# Dynamo steers its own analysis with exceptions that pass through the
+# backend: a Python float that changes between calls makes the tensorify
+# pass (run inside aot_autograd's trace) raise TensorifyScalarRestartAnalysis,
+# and dynamo re-traces the frame with the scalar as a tensor input. They are
+# signals, not failures: caught as one, the graph would run eagerly for good.
+DYNAMO_SIGNALS: tuple[type[BaseException], ...] = (
+    dynamo_exc.RestartAnalysis,
+    dynamo_exc.SkipFrame,
+    dynamo_exc.ShortenTraceback,
+)
 
 
 def mybackend_backend(
@@ -35,7 +49,13 @@ def mybackend_backend(
     apply_env_log_settings()
     try:
         with collections_paused():  # Note [No cyclic collections while compiling]
-            return compile_with_aot(gm, example_inputs, parsed)
+            compiled = compile_with_aot(gm, example_inputs, parsed)
+        if parsed.strict:
+            return compiled
+        # Note [Recovery runs the user's program]
+        return UserGraphFallback(compiled, gm.forward, f"a graph of {gm.__class__.__name__}")
+    except DYNAMO_SIGNALS:
+        raise
     except Exception as error:
         if parsed.strict:
             raise

@@ -1,9 +1,24 @@
-"""The callable handed back to aot_autograd for each compiled ATen graph.
+"""The callables handed back to aot_autograd and dynamo, and the failure
+policy at run time.
 
-It follows aot's boxed calling convention (one list of inputs, cleared once
-read so activations can be freed early) and owns the failure policy at run
-time: if the core fails on a call where eager succeeds, warn once and run
-this graph eagerly from then on, unless the user asked for strict mode.
+CompiledGraphFunction runs one ATen graph and follows aot's boxed calling
+convention (one list of inputs, cleared once read so activations can be
+freed early). UserGraphFallback wraps what the backend returns to dynamo.
+
+Note [Recovery runs the user's program]
+A graph that runs in eager never fails under mybackend in non-strict mode.
+When the core fails on a call, the ATen graph it compiled runs eagerly; if
+that works, it runs eagerly from then on (warned once). But that graph
+carries mybackend's rewrites (channels-last layouts, padded products, fused
+custom ops), and a rewrite can be what broke: then its eager run fails the
+same way, and the error is not the user's. It becomes a BackendFailure,
+which UserGraphFallback catches where dynamo called the backend's callable:
+it runs dynamo's graph, the user's program before any of mybackend's work,
+and runs that from then on (warned once). If the user's program fails too,
+its own error is raised: that one is theirs. A BackendFailure raised in a
+backward graph reaches the user as it is (the forward that saved the
+backward's inputs has already run): it says that mybackend failed and how
+to run without it.
 
 Note [Boxed inputs die in the graph]
 Nothing here keeps a reference to the inputs while the compiled graph runs:
@@ -31,6 +46,11 @@ from mybackend.lowering import LoweredGraph
 from mybackend.options import Options
 
 log = get_logger("runtime")
+
+
+class BackendFailure(RuntimeError):
+    """mybackend failed where the user's program does not (Note [Recovery
+    runs the user's program]); the cause is chained."""
 
 
 class CompiledGraphFunction:
@@ -76,6 +96,8 @@ class CompiledGraphFunction:
         try:
             return self._compiled.run_boxed(args)  # type: ignore[no-any-return]
         except Exception as error:
+            if self._options.strict and hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"mybackend: raised by graph {self.name} in the compiled runtime")
             if self._options.strict or not args:
                 raise
             inputs = args[:count]
@@ -83,8 +105,14 @@ class CompiledGraphFunction:
             return self._recover(inputs, error)
 
     def _recover(self, inputs: list[Any], error: Exception) -> list[Any]:
-        # If eager fails too the error is the user's: raise eager's own.
-        outputs = run_eager(self._eager, inputs)
+        try:
+            outputs = run_eager(self._eager, inputs)
+        except Exception as eager_error:  # Note [Recovery runs the user's program]
+            raise BackendFailure(
+                f"mybackend: graph {self.name} failed in the compiled runtime "
+                f"({type(error).__name__}: {error}) and again when run eagerly with "
+                f"mybackend's rewrites ({type(eager_error).__name__}: {eager_error})"
+            ) from error
         self._fell_back = True
         warn_once(
             f"runtime:{self.name}",
@@ -116,6 +144,41 @@ def run_eager(graph_fn: Callable[..., Any], inputs: list[Any]) -> list[Any]:
     """Runs an FX graph module (or its forward) on a list of inputs."""
     outputs = graph_fn(*inputs)
     return list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+
+
+class UserGraphFallback:
+    """What the backend hands dynamo for one captured graph: aot_autograd's
+    compiled function, and the user's graph to run instead once mybackend
+    failed on it (Note [Recovery runs the user's program])."""
+
+    def __init__(
+        self, compiled: Callable[..., Any], user_graph: Callable[..., Any], name: str
+    ) -> None:
+        self._compiled = compiled
+        self._user_graph = user_graph
+        self._name = name
+        self._use_user_graph = False
+
+    def __call__(self, *args: Any) -> Any:
+        if self._use_user_graph:
+            return self._user_graph(*args)
+        try:
+            return self._compiled(*args)
+        except BackendFailure as failure:
+            outputs = self._user_graph(*args)  # its error, if any, is the user's
+            self._use_user_graph = True
+            warn_once(
+                f"user-graph:{self._name}",
+                f"{failure}; the user's program ran correctly without mybackend and "
+                f"{self._name} runs eagerly from now on. Pass options={{'strict': True}} "
+                "to raise instead.",
+            )
+            return outputs
+
+    def __getattr__(self, name: str) -> Any:  # aot's attributes (named_parameters, ...)
+        if name.startswith("_"):  # ours, before __init__ set them (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self._compiled, name)
 
 
 class EagerGraphFunction:

@@ -1,17 +1,21 @@
-"""The decomposition table aot_autograd applies before lowering.
+"""The decomposition tables aot_autograd applies before lowering.
 
-It is PyTorch's core-ATen table with a few ops kept whole because an engine
-runs them better as one unit than as the primitives they decompose into
-(docs/decompositions.md says why for each).
+A graph with a CUDA tensor gets PyTorch's core-ATen table with a few ops kept
+whole because an engine runs them better as one unit than as the primitives
+they decompose into; a graph whose tensors are all on the CPU gets a table
+that keeps ATen's ops whole (Note [Eager's kernels on the CPU]).
+docs/decompositions.md says why for each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
 import torch
+import torch.fx
+import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions
 
 from mybackend.batch_norm import batch_norm_backward, batch_norm_training
@@ -90,9 +94,65 @@ ADDED: dict[Any, Callable[..., Any]] = {
 }
 
 
+# Note [Eager's kernels on the CPU]
+# On the CPU the core generates no code: every node of a graph runs as the
+# ATen kernel eager would run. A decomposition there buys no fusion, only
+# other arithmetic: core ATen's native_batch_norm_backward differs from
+# ATen's kernel by up to 2.3e-5 (its grad_weight sum runs in another order),
+# native_group_norm_backward by 2.5e-5, gelu_backward, silu_backward,
+# mish_backward, tanh_backward, addcmul and nll_loss_forward by an ulp or
+# two; after three SGD steps that left an MLP, a transformer block and a
+# GroupNorm/SiLU CNN 1.5e-8 to 3e-8 from eager, where whole they are
+# bit-identical. So a graph whose tensors are all on the CPU is traced with
+# no torch decomposition: aot_autograd needs none (it functionalizes
+# mutating ops itself, and CompositeImplicitAutograd ops decompose in the
+# dispatcher whatever the table says), and the lowering takes any ATen
+# overload. Only the training batch-norm entries stay, which decline unless
+# their device is in batch_norm.REWRITTEN_DEVICES (CUDA): on the CPU the ops
+# stay whole as well, and tests that widen REWRITTEN_DEVICES still run the
+# rewrite's path there. Inference batch norm stays whole too (as
+# x*scale + shift it rounds differently from eager by an ulp, and hoisting
+# its per-channel work saves nothing measurable on the CPU). A graph with
+# any CUDA tensor, or with none at all, gets the full table.
+CPU_TABLE: dict[Any, Callable[..., Any]] = {
+    aten._native_batch_norm_legit_functional.default: batch_norm_training,
+    aten.native_batch_norm_backward.default: batch_norm_backward,
+}
+
+
 @cache
-def decomposition_table() -> dict[Any, Callable[..., Any]]:
-    """Core-ATen decompositions minus the ops in KEPT_WHOLE, plus ADDED."""
+def _full_table() -> dict[Any, Callable[..., Any]]:
     table = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in KEPT_WHOLE}
     table.update(ADDED)
     return table
+
+
+def decomposition_table(
+    example_inputs: Sequence[Any] | None = None, gm: torch.fx.GraphModule | None = None
+) -> dict[Any, Callable[..., Any]]:
+    """The table for a graph: CPU_TABLE when its tensors (example inputs,
+    parameters and buffers, the values dynamo recorded on its nodes) are all
+    on the CPU (Note [Eager's kernels on the CPU]); otherwise, and without
+    arguments, core-ATen's decompositions minus the ops in KEPT_WHOLE, plus
+    ADDED."""
+    if example_inputs is not None and graph_devices(example_inputs, gm) == {"cpu"}:
+        return CPU_TABLE
+    return _full_table()
+
+
+def graph_devices(
+    example_inputs: Sequence[Any], gm: torch.fx.GraphModule | None = None
+) -> set[str]:
+    """The device types of the tensors a graph reads or makes: its example
+    inputs (FakeTensors carry their device), and with ``gm`` its parameters,
+    buffers and the values on its nodes (a tensor moved or made on a device
+    inside the graph)."""
+    tensors = [v for v in pytree.tree_leaves(list(example_inputs)) if isinstance(v, torch.Tensor)]
+    if gm is not None:
+        tensors += gm.parameters()
+        tensors += gm.buffers()
+        for node in gm.graph.nodes:
+            value = node.meta.get("example_value", node.meta.get("val"))
+            if value is not None:
+                tensors += (v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor))
+    return {t.device.type for t in tensors}

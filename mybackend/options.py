@@ -11,11 +11,32 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+# mybackend/__init__.py imports _C before anything that imports this module,
+# so this import never closes a circle (python3 -c "import mybackend.options").
+from mybackend import _C
+
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+# The names disabled_op_classes accepts: op_class_name() in
+# src_cpp/capability/registry.cpp, in the order of its OpClass enum. The
+# bindings only expose the classes that have ops (supported_ops()), and
+# "other" has none, so the list lives here; tests/unit/test_options.py checks
+# it against both the extension and that file.
+OP_CLASSES = (
+    "pointwise",
+    "reduction",
+    "normalization",
+    "matmul",
+    "convolution",
+    "attention",
+    "view",
+    "other",
+)
 
 
 def _field(default: Any, help: str, affects_codegen: bool = False) -> Any:
@@ -39,13 +60,13 @@ class Options:
     disabled_ops: tuple[str, ...] = _field(
         (),
         "ATen overloads (e.g. 'aten::mul.Tensor') the core must not claim; they run "
-        "as eager ATen calls. For bisecting a bad kernel.",
+        "as eager ATen calls. For bisecting a bad kernel. Each must be a name that "
+        "mybackend.supported_ops() lists (docs/ops.md).",
         True,
     )
     disabled_op_classes: tuple[str, ...] = _field(
         (),
-        "Op classes the core must not claim: pointwise, reduction, normalization, "
-        "matmul, convolution, attention, view, other.",
+        f"Op classes the core must not claim: {', '.join(OP_CLASSES)}.",
         True,
     )
     cuda_graphs: bool = _field(
@@ -87,10 +108,14 @@ class Options:
         True,
     )
     hoist_parameter_work: bool = _field(
-        True,
-        "In inference graphs, compute what reads only parameters and buffers (weight "
-        "layout copies, batch-norm scale and shift) once per parameter version instead of "
-        "on every call; the results stay in memory (Note [Hoisted parameter work]).",
+        False,
+        "Opt-in, like Inductor's freezing: in inference graphs, compute what reads only "
+        "parameters and buffers (weight layout copies, batch-norm scale and shift, weight "
+        "casts) once per parameter version instead of on every call; the results stay in "
+        "memory. A parameter's version changes with assignments, optimizer steps, "
+        "load_state_dict and in-place ops on it, but not with in-place edits through "
+        "``p.data``, which then leave stale results: off by default for that reason "
+        "(Note [Hoisted parameter work]).",
         True,
     )
     min_fused_nodes: int = _field(
@@ -169,9 +194,23 @@ class Options:
     def from_user(
         cls, mode: str | None = None, options: Mapping[str, Any] | None = None
     ) -> Options:
-        """Validates torch.compile's ``mode`` and ``options`` into an Options."""
+        """Validates torch.compile's ``mode`` and ``options`` into an Options.
+
+        Raises TypeError for a value of the wrong type and ValueError for an
+        unknown option, mode, op or op class; each message names the bad value
+        and, where there is one, the nearest valid one.
+        """
         values = dict(mode_preset(mode))
-        for key, value in (options or {}).items():
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            # A list of pairs would otherwise fail deep inside with
+            # "'list' object has no attribute 'items'".
+            raise TypeError(
+                f"mybackend: options must be a dict of option names to values "
+                f"(e.g. options={{'strict': True}}), got {type(options).__name__}"
+            )
+        for key, value in options.items():
             values[key] = _validated(key, value)
         return cls(**values)
 
@@ -253,20 +292,43 @@ def mode_preset(mode: str | None) -> dict[str, Any]:
     raise ValueError(f"mybackend: unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
 
 
-def _validated(key: str, value: Any) -> Any:
+# How error messages spell each field type (the keys are the annotations as
+# strings, which is what dataclasses.fields() holds under `from __future__
+# import annotations`).
+_TYPE_WORDS = {
+    "bool": "bool",
+    "int": "int >= 1",
+    "tuple[str, ...]": "tuple[str, ...] (a list or tuple of names)",
+    "str | None": "str | None",
+}
+_MAX_SUGGESTIONS = 6  # a bare "add" has more overloads than a message should list
+
+
+def _validated(key: object, value: Any) -> Any:
     fields = {f.name: f for f in dataclasses.fields(Options)}
+    if not isinstance(key, str):
+        raise TypeError(f"mybackend: option names are str, got {type(key).__name__} {key!r}")
     if key not in fields:
-        close = difflib.get_close_matches(key, fields, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = _did_you_mean(difflib.get_close_matches(key, fields, n=1))
         raise ValueError(
             f"mybackend: unknown option {key!r}.{hint} Valid options: {', '.join(sorted(fields))}"
         )
-    expected = fields[key].type
-    ok = _matches(expected, value)
-    if not ok:
+    expected = str(fields[key].type)  # an annotation string, as _TYPE_WORDS says
+    if not _matches(expected, value):
+        # _matches takes only lists and tuples for names, so that a str (a
+        # sequence of str too) never reads as one-letter names; say how to
+        # pass the one name it probably is.
+        one = ""
+        if expected == "tuple[str, ...]" and isinstance(value, str):
+            one = f"; for one name write [{value!r}]"
         raise TypeError(
-            f"mybackend: option {key!r} takes {expected}, got {type(value).__name__} {value!r}"
+            f"mybackend: option {key!r} takes {_TYPE_WORDS.get(expected, expected)}, "
+            f"got {type(value).__name__} {value!r}{one}"
         )
+    check = _ITEM_CHECKS.get(key)
+    if check is not None:
+        for item in value:
+            check(item)
     if expected == "tuple[str, ...]":
         return tuple(value)
     return value
@@ -282,3 +344,66 @@ def _matches(expected: Any, value: Any) -> bool:
     if expected == "str | None":
         return value is None or isinstance(value, str)
     raise AssertionError(f"Options field type {expected} has no validator")
+
+
+def _did_you_mean(names: Sequence[str]) -> str:
+    if not names:
+        return ""
+    if len(names) == 1:
+        return f" Did you mean {names[0]!r}?"
+    return f" Did you mean one of {', '.join(map(repr, names))}?"
+
+
+def _check_op_class(name: str) -> None:
+    if name not in OP_CLASSES:
+        hint = _did_you_mean(difflib.get_close_matches(name, OP_CLASSES, n=1))
+        raise ValueError(
+            f"mybackend: option 'disabled_op_classes' got unknown op class {name!r}.{hint} "
+            f"Valid op classes: {', '.join(OP_CLASSES)}."
+        )
+
+
+@functools.cache
+def _known_ops() -> frozenset[str]:
+    """The names disabled_ops accepts: every overload in the core's capability
+    registry, and the SDPA ops that core_options() disables itself."""
+    return frozenset(op for op, _ in _C.supported_ops()) | frozenset(_NON_CUDNN_SDPA_OPS)
+
+
+def _check_op(name: str) -> None:
+    # The core ignores a name it does not know, so a typo would silently
+    # disable nothing: the opposite of what someone bisecting a kernel needs.
+    known = _known_ops()
+    if name not in known:
+        hint = _did_you_mean(_nearest_ops(name, known))
+        raise ValueError(
+            f"mybackend: option 'disabled_ops' got {name!r}, which is not an operator the "
+            f"core claims.{hint} Names are ATen overloads as mybackend.supported_ops() "
+            "lists them (docs/ops.md)."
+        )
+
+
+def _op_name(op: str) -> str:
+    """'mul' for 'aten::mul.Tensor', for 'aten.mul.Tensor' (how torch prints
+    torch.ops.aten.mul.Tensor) and for a bare 'mul'."""
+    name = op.split("::", 1)[1] if "::" in op else op.removeprefix("aten.")
+    return name.split(".", 1)[0]
+
+
+def _nearest_ops(name: str, known: frozenset[str]) -> list[str]:
+    """The registry's overloads of the op ``name`` names (or of the nearest op
+    name when it names none), else the nearest full names."""
+    overloads: dict[str, list[str]] = {}
+    for op in sorted(known):
+        overloads.setdefault(_op_name(op), []).append(op)
+    close = difflib.get_close_matches(_op_name(name), overloads, n=1)
+    if close:
+        return overloads[close[0]][:_MAX_SUGGESTIONS]
+    return difflib.get_close_matches(name, sorted(known), n=3)
+
+
+# Checks of each element of the options whose values are names.
+_ITEM_CHECKS: dict[str, Callable[[str], None]] = {
+    "disabled_ops": _check_op,
+    "disabled_op_classes": _check_op_class,
+}

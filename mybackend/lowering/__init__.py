@@ -25,6 +25,7 @@ from mybackend.lowering.arguments import (
     convert_argument,
     schema_ordered,
 )
+from mybackend.lowering.layout_contracts import ir_op_name
 from mybackend.lowering.python_nodes import PythonNode
 from mybackend.lowering.tensor_meta import output_specs, value_spec
 
@@ -129,7 +130,7 @@ class _Lowerer:
             except UnsupportedArgument:
                 args = None
             if args is not None:
-                self._add(node, "aten", _op_name(target), args, val)
+                self._add(node, "aten", ir_op_name(target), args, val)
                 return
         if target in BUILTINS and not node.kwargs and val is not None:
             try:
@@ -184,12 +185,6 @@ def _is_graph_output(node: torch.fx.Node) -> bool:
 
 def _flat_outputs(outputs: Any) -> list[Any]:
     return list(outputs) if isinstance(outputs, list | tuple) else [outputs]
-
-
-def _op_name(op: torch._ops.OpOverload) -> str:
-    namespace, rest = op.name().split("::", 1)
-    name, _, overload = rest.partition(".")
-    return f"{namespace}::{name}.{overload or 'default'}"
 
 
 __all__ = ["LoweredGraph", "LoweringError", "lower", "source_line"]

@@ -29,6 +29,17 @@ def insert_clone(
     return clone
 
 
+def copy_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.Graph, dict[torch.fx.Node, Any]]:
+    """A copy of gm's graph to rewrite, and each copied node's value before
+    any rewrite (its traced metadata, for Note [Layout contracts]). Node
+    meta is copied shallowly: the FakeTensors are shared until propagation
+    replaces the copies' values."""
+    graph = torch.fx.Graph()
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    return graph, {new: old.meta.get("val") for old, new in copies.items()}
+
+
 def propagate_until_view_fails(
     gm: torch.fx.GraphModule,
     fake_inputs: Sequence[Any],

@@ -4,16 +4,36 @@ Note [Hoisted parameter work]
 In an inference graph, some nodes read nothing but parameters and buffers
 (aot_autograd's static inputs): the channels-last copies of convolution
 weights (Note [Channels-last planning]), batch norm's per-channel scale and
-shift (mybackend/decompositions.py), casts of weights. Eager recomputes them
-on every call; so would a compiled graph that kept them. This pass moves
-them into a separate ``prepare`` graph whose results become extra inputs of
-the main graph. At run time ``HoistedValues`` runs ``prepare`` eagerly on
-the first call and again only when a parameter it reads changes: its key is
-each such input's data pointer and version counter, which every in-place
-update (an optimizer step, ``load_state_dict``, ``param.data = ...``)
-changes. The hoisted values are static inputs of the main graph, so CUDA
-graphs capture them at their own addresses; a recomputation gives them new
-addresses and so a new capture (bounded by ``max_cuda_graphs``).
+shift (mybackend/decompositions.py), casts of weights (autocast's), padded
+weights (Note [Aligned matrix products]). Eager recomputes them on every
+call; so does a compiled graph that keeps them, which is the default. With
+the option ``hoist_parameter_work`` this pass moves them into a separate
+``prepare`` graph whose results become extra inputs of the main graph. At
+run time ``HoistedValues`` runs ``prepare`` eagerly on the first call and
+again only when a parameter it reads changes: its key is each such input's
+tensor, data pointer, device and version counter (Note [Watching hoisted
+inputs]). Assigning ``param.data = ...``, an optimizer step,
+``load_state_dict``, ``copy_`` under ``no_grad``, a dtype or device
+conversion and any other in-place op on the parameter change one of them.
+
+The option is opt-in, like Inductor's freezing, because one common edit
+changes none of them: an in-place op on ``param.data`` (``p.data.mul_(1.5)``,
+a hand-written weight update through ``.data``) writes the parameter's
+memory through a tensor that shares its storage but not its version
+counter. The hoisted values then stay those of the old weights, and
+nothing can tell: ResNet-50's compiled output, its weights scaled by 1.5
+that way after a first call, differed from eager's by a relative error of
+0.60 (issue 32). Without hoisting every call reads the parameters as they
+are, whatever wrote them (tests/models/test_parameter_edits.py and
+tests/gpu/test_parameter_edits.py). Turn it on only for a model whose
+weights are edited, if at all, through the parameters themselves.
+
+The hoisted values are static inputs of the main graph, so CUDA graphs
+capture them at their own addresses; a recomputation gives them new
+addresses and so a new capture (bounded by ``max_cuda_graphs``). Without
+hoisting, the parameters themselves are the static inputs: a replay reads
+them at their captured addresses, so in-place edits, ``.data`` ones too,
+are seen, and a new tensor behind a parameter is a new capture.
 
 What is hoisted: nodes whose every tensor argument is a static input or an
 already hoisted node, that are functional ATen overloads (no mutation, no

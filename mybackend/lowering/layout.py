@@ -13,11 +13,13 @@ the layout of their input, so the convolution chains of a CNN run with no
 further conversion. FakeTensor propagation recomputes every node's strides,
 so the IR, the fusion planner and the generated kernels see the new layout.
 
-Two places need the old layout back, and get one contiguous ``aten.clone``:
-a ``view`` that is not expressible on channels-last strides (a flatten of
-the spatial dims, as in a ViT patch embedding) and a graph output whose
-strides changed (callers see eager's strides). If propagation fails for any
-other reason, the graph keeps its original layout.
+Three places need the old layout back, and get one ``aten.clone``: a
+``view`` that is not expressible on channels-last strides (a flatten of the
+spatial dims, as in a ViT patch embedding), an op whose kernel does not take
+the new strides (CUDA's group norm: Note [Layout contracts] in
+layout_contracts.py) and a graph output whose strides changed (callers see
+eager's strides). If propagation fails for any other reason, the graph keeps
+its original layout.
 
 Conversion runs in rounds: graph inputs first, then every convolution
 operand still NCHW after propagation. Under autocast no convolution reads a
@@ -29,6 +31,13 @@ In a joint graph each ``convolution_backward`` reads the same channels-last
 copies of its input and weight as the forward convolution (saved or
 recomputed by the partitioner), not the NCHW originals: the library call
 would otherwise convert them on every step.
+
+Only CUDA convolutions are planned: cuDNN's NHWC kernels are the reason for
+the plan, and on the CPU, where mybackend runs ATen's kernels, oneDNN's
+channels-last convolutions round differently from eager's NCHW ones for no
+gain (a ResNet-18 drifted 3.3e-3 from eager's parameters in 3 SGD steps;
+bit-identical without the plan). Tests plan CPU graphs through
+``device_types``.
 
 Inference graphs are planned as they reach the compiler. Training graphs
 are planned before aot_autograd splits them, on the joint forward-backward
@@ -53,10 +62,12 @@ from torch._guards import detect_fake_mode
 
 from mybackend.lowering.fake_prop import (
     Repropagation,
+    copy_graph,
     insert_clone,
     restore_output_strides,
 )
 from mybackend.lowering.graph_modules import new_graph_module
+from mybackend.lowering.layout_contracts import honour_layout_contracts
 
 aten = torch.ops.aten
 _CHANNELS_LAST = torch.channels_last
@@ -77,14 +88,17 @@ def _is_channels_last(value: Any) -> bool:
     )
 
 
-def _planned_convolutions(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+def _planned_convolutions(
+    graph: torch.fx.Graph, device_types: Sequence[str]
+) -> list[torch.fx.Node]:
     convs = []
     for node in graph.nodes:
         if node.op != "call_function" or node.target is not aten.convolution.default:
             continue
         x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
         transposed = node.args[6]
-        if isinstance(x, torch.Tensor) and x.dim() == 4 and not transposed:
+        planned = isinstance(x, torch.Tensor) and x.device.type in device_types
+        if planned and x.dim() == 4 and not transposed:
             convs.append(node)
     return convs
 
@@ -161,23 +175,26 @@ def placeholder_values(gm: torch.fx.GraphModule) -> list[Any]:
 
 
 def plan_channels_last(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, recompile: bool = True
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    device_types: Sequence[str] = ("cuda",),
+    *,
+    recompile: bool = True,
 ) -> tuple[torch.fx.GraphModule, int]:
-    """A copy of ``gm`` with convolutions in channels-last, and the number of
-    conversions it inserted; ``gm`` itself (and 0) when there is nothing to
-    plan or planning fails (Note [Channels-last planning]). With
-    ``recompile=False`` the copy's generated code is left stale for a caller
-    that recompiles before anything runs it (Note [One recompile per joint
-    graph] in aot.py)."""
-    convs = _planned_convolutions(gm.graph)
+    """A copy of ``gm`` with the convolutions on ``device_types`` in
+    channels-last, and the number of conversions it inserted; ``gm`` itself
+    (and 0) when there is nothing to plan or planning fails (Note
+    [Channels-last planning]). With ``recompile=False`` the copy's generated
+    code is left stale for a caller that recompiles before anything runs it
+    (Note [One recompile per joint graph] in aot.py)."""
+    convs = _planned_convolutions(gm.graph, device_types)
     if not convs or detect_fake_mode(example_inputs) is None:
         return gm, 0
     output = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = output.args[0] if isinstance(output.args[0], list | tuple) else [output.args[0]]
     original = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
 
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))  # meta copied shallowly: FakeTensors shared
+    graph, traced = copy_graph(gm)
     planned = new_graph_module(gm, graph)
     propagation = Repropagation(planned)
     # Round 1 converts graph inputs (activations and weights); everything
@@ -186,7 +203,9 @@ def plan_channels_last(
     # put a contiguous copy before views that need one.
     converted: dict[torch.fx.Node, torch.fx.Node] = {}
     try:
-        copies = _convert_convolution_operands(graph, _planned_convolutions(graph), True, converted)
+        copies = _convert_convolution_operands(
+            graph, _planned_convolutions(graph, device_types), True, converted
+        )
         for _ in range(_MAX_ROUNDS):
             view = propagation.until_view_fails(example_inputs)
             if view is not None:
@@ -197,8 +216,10 @@ def plan_channels_last(
                 copies += 1
                 continue
             more = _convert_convolution_operands(
-                graph, _planned_convolutions(graph), False, converted
+                graph, _planned_convolutions(graph, device_types), False, converted
             )
+            if more == 0:  # Note [Layout contracts]: last, on settled strides
+                more = honour_layout_contracts(graph, traced)
             if more == 0:
                 break
             copies += more

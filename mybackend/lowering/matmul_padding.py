@@ -60,10 +60,12 @@ from torch._guards import detect_fake_mode
 from mybackend.cross_entropy import pad_cross_entropy_gradients
 from mybackend.lowering.fake_prop import (
     Repropagation,
+    copy_graph,
     insert_clone,
     restore_output_strides,
 )
 from mybackend.lowering.graph_modules import new_graph_module
+from mybackend.lowering.layout_contracts import honour_layout_contracts
 
 aten = torch.ops.aten
 _ALIGN_BYTES = 16
@@ -333,8 +335,7 @@ def pad_matmuls(
     output = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = output.args[0] if isinstance(output.args[0], list | tuple) else [output.args[0]]
     original = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
+    graph, traced = copy_graph(gm)
     padded = new_graph_module(gm, graph)
     propagation = Repropagation(padded)
     try:
@@ -344,8 +345,10 @@ def pad_matmuls(
         pad_cross_entropy_gradients(graph)
         for _ in range(_MAX_ROUNDS):
             view = propagation.until_view_fails(example_inputs)
-            if view is None:
-                break
+            if view is None:  # Note [Layout contracts]: last, on settled strides
+                if honour_layout_contracts(graph, traced) == 0:
+                    break
+                continue
             source = view.args[0]
             assert isinstance(source, torch.fx.Node)
             view.replace_input_with(

@@ -13,6 +13,16 @@ void bind_capability(py::module_& m) {
           return ops;
         },
         "Every ATen overload the core claims, with its op class, sorted by name.");
+  m.def("layout_contracts",
+        [] {
+          py::dict contracts;
+          for (const auto& [op, contract] : CapabilityRegistry::builtin().layout_contracts()) {
+            contracts[py::str(op)] = std::string(layout_contract_name(contract));
+          }
+          return contracts;
+        },
+        "Every op with a stated layout contract ('any', 'traced' or 'storage'), claimed or not; an op "
+        "missing here gets 'traced' (Note [Layout contracts]).");
   m.def("check_support",
         [](const Graph& graph, int node, const py::dict& options) -> py::object {
           auto decision = CapabilityRegistry::builtin().check(graph, graph.node(node),

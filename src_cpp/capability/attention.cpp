@@ -41,7 +41,9 @@ void register_attention_ops(CapabilityRegistry& registry) {
                          "aten::_scaled_dot_product_cudnn_attention_backward.default",
                          "aten::_scaled_dot_product_flash_attention_for_cpu.default",
                          "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"}) {
-    registry.add(op, OpClass::Attention, attention_tensors());
+    // Their kernels want the head dimension contiguous and check it, rather
+    // than copy (Note [Layout contracts] in registry.h).
+    registry.add(op, OpClass::Attention, attention_tensors(), LayoutContract::TracedStrides);
   }
 }
 

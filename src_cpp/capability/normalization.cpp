@@ -14,9 +14,15 @@ void register_normalization_ops(CapabilityRegistry& registry) {
         "aten::native_batch_norm.default", "aten::native_batch_norm_backward.default",
         "aten::_native_batch_norm_legit_functional.default",
         "aten::_native_batch_norm_legit_no_training.default",
-        "aten::_native_batch_norm_legit.no_stats", "aten::native_group_norm.default",
-        "aten::native_group_norm_backward.default"}) {
+        "aten::_native_batch_norm_legit.no_stats"}) {
     registry.add(op, OpClass::Normalization, floating);
+  }
+  // CUDA's group-norm kernels refuse any input that is not contiguous
+  // (Note [Layout contracts] in registry.h); torch's composite group_norm
+  // makes it contiguous before calling them, a traced graph calls them directly.
+  for (const char* op :
+       {"aten::native_group_norm.default", "aten::native_group_norm_backward.default"}) {
+    registry.add(op, OpClass::Normalization, floating, LayoutContract::TracedStrides);
   }
   // mybackend/cross_entropy.py: class logits, int64 targets, fp32 rows.
   auto cross_entropy =

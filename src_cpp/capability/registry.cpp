@@ -79,6 +79,15 @@ std::string_view op_class_name(OpClass op_class) {
   return "other";
 }
 
+std::string_view layout_contract_name(LayoutContract contract) {
+  switch (contract) {
+    case LayoutContract::AnyStrides: return "any";
+    case LayoutContract::TracedStrides: return "traced";
+    case LayoutContract::TracedStorage: return "storage";
+  }
+  return "traced";
+}
+
 const CapabilityRegistry& CapabilityRegistry::builtin() {
   static const CapabilityRegistry registry = [] {
     CapabilityRegistry r;
@@ -89,15 +98,38 @@ const CapabilityRegistry& CapabilityRegistry::builtin() {
     register_convolution_ops(r);
     register_attention_ops(r);
     register_view_ops(r);
+    register_unclaimed_layout_contracts(r);
     return r;
   }();
   return registry;
 }
 
-void CapabilityRegistry::add(std::string op, OpClass op_class, SupportPredicate predicate) {
-  MB_ASSERT(entries_.count(op) == 0, "op ", op, " registered twice");
-  OpEntry entry{op, op_class, std::move(predicate)};
+void CapabilityRegistry::add(std::string op, OpClass op_class, SupportPredicate predicate,
+                             LayoutContract layout) {
+  MB_ASSERT(entries_.count(op) == 0 && unclaimed_layouts_.count(op) == 0, "op ", op,
+            " registered twice");
+  OpEntry entry{op, op_class, std::move(predicate), layout};
   entries_.emplace(std::move(op), std::move(entry));
+}
+
+void CapabilityRegistry::add_layout_contract(std::string op, LayoutContract layout) {
+  MB_ASSERT(entries_.count(op) == 0 && unclaimed_layouts_.count(op) == 0, "op ", op,
+            " registered twice");
+  unclaimed_layouts_.emplace(std::move(op), layout);
+}
+
+LayoutContract CapabilityRegistry::layout_contract(std::string_view op) const {
+  if (const OpEntry* entry = find(op)) return entry->layout;
+  auto it = unclaimed_layouts_.find(std::string(op));
+  return it == unclaimed_layouts_.end() ? LayoutContract::TracedStrides : it->second;
+}
+
+std::vector<std::pair<std::string, LayoutContract>> CapabilityRegistry::layout_contracts() const {
+  std::vector<std::pair<std::string, LayoutContract>> all(unclaimed_layouts_.begin(),
+                                                          unclaimed_layouts_.end());
+  for (const auto& [name, entry] : entries_) all.emplace_back(name, entry.layout);
+  std::sort(all.begin(), all.end());
+  return all;
 }
 
 const OpEntry* CapabilityRegistry::find(std::string_view op) const {

@@ -10,12 +10,15 @@ void register_view_ops(CapabilityRegistry& registry) {
         "aten::permute.default", "aten::transpose.int", "aten::t.default",
         "aten::expand.default", "aten::squeeze.dim", "aten::squeeze.dims",
         "aten::squeeze.default", "aten::unsqueeze.default", "aten::slice.Tensor",
-        "aten::select.int", "aten::as_strided.default", "aten::alias.default",
+        "aten::select.int", "aten::alias.default",
         "aten::split.Tensor", "aten::split_with_sizes.default", "aten::unbind.int",
         "aten::detach.default", "aten::view_as_real.default", "aten::unfold.default",
         "aten::diagonal.default"}) {
     registry.add(op, OpClass::View);
   }
+  // as_strided addresses storage, not the logical tensor: on other strides
+  // it reads other elements (Note [Layout contracts] in registry.h).
+  registry.add("aten::as_strided.default", OpClass::View, {}, LayoutContract::TracedStorage);
   // Data movement that copies: runs as a kernel, so not a view.
   auto numeric = predicates::all_of({predicates::numeric_tensors(), predicates::max_rank(8)});
   for (const char* op : {"aten::cat.default", "aten::constant_pad_nd.default",
@@ -30,10 +33,16 @@ void register_view_ops(CapabilityRegistry& registry) {
                          "aten::new_ones.default", "aten::zeros.default", "aten::ones.default",
                          "aten::tril.default", "aten::triu.default", "aten::scatter_add.default",
                          "aten::index_put.default", "aten::stack.default",
-                         "aten::avg_pool2d.default", "aten::avg_pool2d_backward.default",
                          "aten::_adaptive_avg_pool2d.default",
                          "aten::_adaptive_avg_pool2d_backward.default"}) {
     registry.add(op, OpClass::Other, numeric);
+  }
+  // The layout sweep (tests/gpu/test_layout_sweep.py, H200, 2026-11-27) found
+  // an average pool's input gradient wrong when the plan handed its
+  // backward channels-last tensors: they get their traced strides (Note
+  // [Layout contracts] in registry.h).
+  for (const char* op : {"aten::avg_pool2d.default", "aten::avg_pool2d_backward.default"}) {
+    registry.add(op, OpClass::Other, numeric, LayoutContract::TracedStrides);
   }
 }
 

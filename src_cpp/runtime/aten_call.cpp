@@ -146,7 +146,7 @@ std::vector<int> mutated_inputs(const Graph& graph) {
 }
 
 AtenCall::AtenCall(const Graph& graph, const Node& node)
-    : node_(&node), op_(resolve_operator(node)) {
+    : node_(&node), op_(resolve_operator(node)), rng_state_(node, op_.schema()) {
   const auto& schema_args = op_.schema().arguments();
   MB_CHECK(node.args.size() <= schema_args.size(), "node ", node.name, " passes ",
            node.args.size(), " arguments to ", node.op, ", whose schema takes ",
@@ -179,6 +179,7 @@ void AtenCall::run(ValueSlots& slots) const {
                         ? prepared.constant
                         : argument_to_ivalue(*prepared.argument, prepared.type, slots));
   }
+  rng_state_.place_for_this_call(stack);
   op_.callBoxed(stack);
   store_outputs(*node_, stack, list_returns_, slots);
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/rng_state.h"
 
 namespace mybackend {
 
@@ -47,6 +48,7 @@ class AtenCall {
   c10::OperatorHandle op_;
   std::vector<PreparedArgument> arguments_;
   std::vector<bool> list_returns_;
+  RngStateArguments rng_state_;  // Note [RNG state follows the capture]
 };
 
 // Positions of the graph inputs that some ATen node writes to (its schema

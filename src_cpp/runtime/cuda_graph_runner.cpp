@@ -1,5 +1,6 @@
 #include "runtime/cuda_graph_runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -98,6 +99,20 @@ std::size_t move_to_own_memory(c10::StorageImpl& storage) {
   return bytes;
 }
 
+// Note [No capture over host tensors]
+// capture_blocker() reads the devices the IR was traced with, and FakeTensor
+// propagation places some values on the device that a kernel puts on the
+// host: the dropout RNG state of memory-efficient attention,
+// whose forward returns it on the host unless it runs under a capture (Note
+// [RNG state follows the capture] in rng_state.h). A captured graph would
+// bake a host address into device work, or copy pageable memory inside the
+// capture: a call with a host tensor among its inputs runs uncaptured.
+bool holds_host_tensor(const std::vector<c10::IValue>& inputs) {
+  return std::any_of(inputs.begin(), inputs.end(), [](const c10::IValue& v) {
+    return v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cuda();
+  });
+}
+
 // Whether an input lives in a captured graph's output memory (Note [Borrowed
 // graph memory]).
 bool is_graph_memory(const c10::IValue& input) {
@@ -168,6 +183,7 @@ struct CudaGraphRunner::Impl {
 
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) {
     std::lock_guard<std::mutex> lock(mutex);
+    if (holds_host_tensor(inputs)) return executor.run(std::move(inputs));
     Signature key = signature(inputs);
     if (auto found = graphs.find(key); found != graphs.end()) return replay(*found->second, inputs);
     if (failures.count(key) || ++calls_by_signature[key] < 2 ||

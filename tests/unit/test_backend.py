@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -122,3 +124,29 @@ def test_aten_errors_inside_the_runtime_reach_python(strict: bool) -> None:
     for _ in range(2):
         with pytest.raises(IndexError, match="index out of range"):
             f(torch.ones(3), torch.tensor([5]))
+
+
+@pytest.mark.parametrize("case", ["full_with_float", "dropout_p"])
+def test_dynamo_restart_signals_pass_through(case: str) -> None:
+    # Note [Dynamo's control-flow exceptions]: a Python float that changes
+    # between calls makes aot_autograd's tensorify pass ask dynamo to
+    # re-trace; caught as a failure, the graph would run eagerly for good.
+    def full_with_float(x: torch.Tensor, s: float) -> torch.Tensor:
+        return x + torch.full((3,), s)
+
+    def dropout_p(x: torch.Tensor, p: float) -> torch.Tensor:
+        return torch.nn.functional.dropout(x, p) * 0 + x * p
+
+    fn = full_with_float if case == "full_with_float" else dropout_p
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="mybackend")
+    x = torch.randn(3)
+    records: list[Any] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "could not trace ... runs eagerly"
+        for s in (0.25, 0.5, 0.75):
+            out, new_records = compiled_records(lambda s=s: compiled(x, s))
+            records += new_records
+            torch.testing.assert_close(out, fn(x, s))
+    assert records and all(r.fallback_reason is None for r in records), records
+    assert sum(r.compiled.stats()["nodes_run_in_partitions"] for r in records if r.compiled) > 0

@@ -10,9 +10,11 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 import mybackend
+import mybackend.aot
 from mybackend.aot import static_input_indices
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering.hoist import HoistedValues, hoist_parameter_work
+from tests.testing import compiled_records
 from tests.unit.test_lowering_layout import ConvBlock
 
 aten = torch.ops.aten
@@ -64,11 +66,26 @@ def test_batch_norm_statistics_move_to_prepare() -> None:
     assert set(plan.prepare_inputs) <= set(static)
 
 
-def test_hoisted_values_follow_parameter_updates() -> None:
+# Hoisting is opt-in (Note [Hoisted parameter work]): the tests that compile
+# through the backend to test it turn it on.
+HOIST = {"strict": True, "hoist_parameter_work": True}
+
+
+@pytest.fixture
+def cuda_decompositions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU graphs keep inference batch norm whole (Note [Eager's kernels on
+    the CPU]); these tests need its per-channel scale and shift as nodes, as
+    a CUDA graph has them, to hoist them."""
+    monkeypatch.setattr(mybackend.aot, "decomposition_table", lambda *args: decomposition_table())
+
+
+def test_hoisted_values_follow_parameter_updates(cuda_decompositions: None) -> None:
     module = _bn_module()
-    real = torch.compile(module, backend="mybackend", options={"strict": True})
+    real = torch.compile(module, backend="mybackend", options=HOIST)
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
+        _, records = compiled_records(lambda: real(x))
+        assert any(s == "hoisting" for r in records for s, _ in r.stage_times)
         for _ in range(2):
             for got, want in zip(real(x), module(x), strict=True):
                 torch.testing.assert_close(got, want)
@@ -140,7 +157,7 @@ def test_hoisted_constants_that_read_no_input_are_computed_on_the_first_call() -
         return x + torch.arange(4.0).exp()
 
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="mybackend", options={"strict": True})
+    compiled = torch.compile(fn, backend="mybackend", options=HOIST)
     with torch.no_grad():
         for _ in range(2):
             x = torch.randn(3, 4)
@@ -190,7 +207,9 @@ def test_random_ops_are_never_hoisted() -> None:
     assert random_ops == []  # ... the random op is not
 
 
-def test_backend_hoists_inference_only_and_option_turns_it_off() -> None:
+def test_backend_hoists_only_when_asked_and_only_inference(cuda_decompositions: None) -> None:
+    """Off by default: edits through ``p.data`` bump no version counter, and
+    hoisted values would miss them (Note [Hoisted parameter work])."""
     module = _bn_module()
     x = torch.randn(2, 3, 8, 8)
 
@@ -199,6 +218,7 @@ def test_backend_hoists_inference_only_and_option_turns_it_off() -> None:
             report = mybackend.explain(module, x.clone().requires_grad_(grad), options=options)
         return [s[0] for g in report.to_dict()["graphs"] for s in g["stage_times"]]
 
-    assert "hoisting" in stage_names({}, grad=False)
+    assert "hoisting" not in stage_names({}, grad=False)
     assert "hoisting" not in stage_names({"hoist_parameter_work": False}, grad=False)
-    assert "hoisting" not in stage_names({}, grad=True)
+    assert "hoisting" in stage_names({"hoist_parameter_work": True}, grad=False)
+    assert "hoisting" not in stage_names({"hoist_parameter_work": True}, grad=True)

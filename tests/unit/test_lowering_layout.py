@@ -3,6 +3,7 @@ graphs (Note [Channels-last planning])."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 import mybackend
+import mybackend.aot
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering.layout import plan_channels_last
 from mybackend.reports import collecting
@@ -55,7 +57,7 @@ def _planned(
     graphs: list[tuple[torch.fx.GraphModule, torch.fx.GraphModule, int]] = []
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        planned, copies = plan_channels_last(gm, example_inputs)
+        planned, copies = plan_channels_last(gm, example_inputs, ("cpu",))
         graphs.append((gm, planned, copies))
         return planned.forward
 
@@ -132,7 +134,17 @@ def test_channels_last_operands_need_no_copy() -> None:
     assert copies == 0 and planned is gm
 
 
-def test_backend_plans_inference_graphs_as_they_arrive() -> None:
+@pytest.fixture
+def plans_cpu_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend plans CUDA convolutions only; these tests plan CPU ones."""
+    monkeypatch.setattr(
+        mybackend.aot,
+        "plan_channels_last",
+        functools.partial(plan_channels_last, device_types=("cpu",)),
+    )
+
+
+def test_backend_plans_inference_graphs_as_they_arrive(plans_cpu_graphs: None) -> None:
     module = ConvBlock().eval()
     x = torch.randn(2, 3, 8, 8)
 
@@ -168,8 +180,23 @@ def _channels_last_4d(gm: torch.fx.GraphModule) -> list[bool]:
     ]
 
 
+def test_the_backend_leaves_cpu_convolutions_in_eagers_layout() -> None:
+    """On the CPU mybackend runs ATen's kernels: channels-last oneDNN
+    convolutions would round differently from eager's for no gain."""
+    torch._dynamo.reset()
+    with collecting() as records, torch.no_grad():
+        torch.compile(ConvBlock().eval(), backend="mybackend")(torch.randn(2, 3, 8, 8))
+    (record,) = records
+    assert not any(
+        n.target is aten.clone.default and n.kwargs.get("memory_format") is torch.channels_last
+        for n in record.gm.graph.nodes
+    )
+
+
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_training_is_planned_on_the_joint_graph(channels_last: bool) -> None:
+def test_training_is_planned_on_the_joint_graph(
+    channels_last: bool, plans_cpu_graphs: None
+) -> None:
     """Forward and backward agree on every saved tensor's layout: the
     backward's saved activations arrive channels-last; outputs, gradients
     and batch-norm buffers keep eager's values and strides."""
@@ -213,7 +240,7 @@ def test_training_is_planned_on_the_joint_graph(channels_last: bool) -> None:
 
 
 @pytest.mark.parametrize("grad", [False, True])
-def test_backend_matches_eager(grad: bool) -> None:
+def test_backend_matches_eager(grad: bool, plans_cpu_graphs: None) -> None:
     module = ConvBlock().eval()
     x = torch.randn(2, 3, 9, 9)
     torch._dynamo.reset()
@@ -246,7 +273,7 @@ def test_recompile_false_leaves_the_final_code_generation_to_the_caller(
         return original(self)
 
     monkeypatch.setattr(torch.fx.GraphModule, "recompile", counting)
-    planned, copies = plan_channels_last(gm, example_inputs, recompile=recompile)
+    planned, copies = plan_channels_last(gm, example_inputs, ("cpu",), recompile=recompile)
     assert copies > 0 and planned is not gm
     assert len([c for c in calls if c is planned]) == (2 if recompile else 1)
     monkeypatch.undo()
