@@ -53,7 +53,7 @@ def mybackend_backend(
         if parsed.strict:
             return compiled
         # Note [Recovery runs the user's program]
-        return UserGraphFallback(compiled, gm.forward, f"a graph of {gm.__class__.__name__}")
+        return UserGraphFallback(compiled, gm.forward)
     except DYNAMO_SIGNALS:
         raise
     except Exception as error:

@@ -151,12 +151,9 @@ class UserGraphFallback:
     compiled function, and the user's graph to run instead once mybackend
     failed on it (Note [Recovery runs the user's program])."""
 
-    def __init__(
-        self, compiled: Callable[..., Any], user_graph: Callable[..., Any], name: str
-    ) -> None:
+    def __init__(self, compiled: Callable[..., Any], user_graph: Callable[..., Any]) -> None:
         self._compiled = compiled
         self._user_graph = user_graph
-        self._name = name
         self._use_user_graph = False
 
     def __call__(self, *args: Any) -> Any:
@@ -168,10 +165,9 @@ class UserGraphFallback:
             outputs = self._user_graph(*args)  # its error, if any, is the user's
             self._use_user_graph = True
             warn_once(
-                f"user-graph:{self._name}",
-                f"{failure}; the user's program ran correctly without mybackend and "
-                f"{self._name} runs eagerly from now on. Pass options={{'strict': True}} "
-                "to raise instead.",
+                f"user-graph:{failure}",
+                f"{failure}; the user's program ran correctly without mybackend and runs "
+                "eagerly from now on. Pass options={'strict': True} to raise instead.",
             )
             return outputs
 
