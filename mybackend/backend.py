@@ -47,6 +47,14 @@ def mybackend_backend(
     """Compiles one dynamo graph; the entry point torch.compile looks up."""
     parsed = Options.from_user(mode, options)
     apply_env_log_settings()
+    if (problem := parsed.kernel_cache_problem()) is not None:
+        # The core drops an unusable cache folder silently (issue 32): say so.
+        warn_once(
+            f"kernel-cache:{problem}",
+            f"mybackend: {problem}; generated kernels are cached in this process's "
+            "memory only (the CPU path generates none). Set kernel_cache_dir or "
+            "MYBACKEND_CACHE_DIR to a writable folder, or 'off'.",
+        )
     try:
         with collections_paused():  # Note [No cyclic collections while compiling]
             compiled = compile_with_aot(gm, example_inputs, parsed)

@@ -228,6 +228,24 @@ class Options:
             return ""
         return os.path.abspath(os.path.expanduser(self.kernel_cache_dir))
 
+    def kernel_cache_problem(self) -> str | None:
+        """Why the disk cache the user chose (this option, else
+        MYBACKEND_CACHE_DIR) is unusable, or None. The core then keeps
+        kernels in memory only and says so only in its debug trace; asked
+        here (the core's own check, which creates the folder when it can),
+        the backend can warn. The default location is not checked: the user
+        did not choose it."""
+        root = self.kernel_cache_location()
+        if root is None:
+            root = os.environ.get("MYBACKEND_CACHE_DIR")
+            if root is None or root in ("", "0", "off"):
+                return None
+            root = os.path.abspath(root)
+        elif root == "":
+            return None
+        why = _C.kernel_cache_problem(root)
+        return None if why is None else f"kernel cache folder {root}: {why}"
+
     def user_dict(self) -> dict[str, Any]:
         """The fields that differ from their defaults (what a user would pass)."""
         return {

@@ -334,6 +334,12 @@ void bind_compile(py::module_& m) {
       "Counters of the process's generated-kernel cache: memory and disk hits, compiles, "
       "their NVRTC time, and the time runs waited for background compiles.");
   m.def(
+      "kernel_cache_problem",
+      [](const std::string& root) { return kernel_cache_problem(root); },
+      py::arg("root"),
+      "None when the disk cache under `root` is usable (its kernels/ folder created if "
+      "missing), else why the core would keep kernels in memory only.");
+  m.def(
       "wait_for_background_compiles",
       [] {
         py::gil_scoped_release release;

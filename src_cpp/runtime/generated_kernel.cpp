@@ -89,6 +89,12 @@ std::string entries_directory(const KernelCacheLocation& location) {
 
 }  // namespace
 
+std::optional<std::string> kernel_cache_problem(const std::string& root) {
+  std::string why;
+  if (open_entries_directory(root, &why)) return std::nullopt;
+  return why;
+}
+
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters() {
   const KernelCacheStats stats = kernel_cache().stats();
   return {{"memory_hits", stats.memory_hits},
@@ -248,6 +254,11 @@ std::vector<GeneratedCompileResult> compile_generated_groups(
 namespace mybackend {
 
 bool generated_kernels_enabled() { return false; }
+
+// Without CUDA no kernel is generated, so no cache folder is ever used.
+std::optional<std::string> kernel_cache_problem(const std::string& /*root*/) {
+  return std::nullopt;
+}
 
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters() {
   return {{"memory_hits", 0},         {"disk_hits", 0},  {"compiles", 0},     {"disk_rejects", 0},

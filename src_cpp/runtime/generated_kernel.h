@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,11 @@ struct KernelCacheLocation {
 // compiles, disk_rejects, disk_write_failures, compile_us, batch_wall_us);
 // all zero without CUDA.
 std::vector<std::pair<std::string, std::uint64_t>> kernel_cache_counters();
+
+// Why the disk cache under `root` is unusable (the core then keeps kernels in
+// memory only, Note [Never an error to the user]), or nullopt; creates its
+// entries folder when it can. The backend asks, to warn the user.
+std::optional<std::string> kernel_cache_problem(const std::string& root);
 
 struct GeneratedCompileResult {
   std::unique_ptr<GeneratedKernel> kernel;  // null: the group runs as ATen calls
