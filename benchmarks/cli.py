@@ -37,7 +37,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--models", help="comma list (default: all in benchmarks/models.py)")
+    p.add_argument(
+        "--models",
+        help="comma list of model names, 'zoo', 'reference' or zoo families "
+        "(default: the five reference models of benchmarks/models.py)",
+    )
+    p.add_argument("--zoo", action="store_true", help="every model of the zoo (benchmarks/zoo/)")
+    p.add_argument(
+        "--family",
+        help="comma list of zoo families: cnn, vision_transformer, encoder, decoder, "
+        "encoder_decoder, other",
+    )
     p.add_argument(
         "--backends",
         help="comma list of names from benchmarks/backends.py or "
@@ -109,6 +119,18 @@ def _add_measurement_args(p: argparse.ArgumentParser) -> None:
 
 def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def model_names(args: argparse.Namespace) -> list[str]:
+    """The models of a run: --models, --zoo and --family together (each model
+    once, in that order); the five reference models when none is given."""
+    from benchmarks.models import FAMILIES, select_models
+
+    families = _split(args.family) or []
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise SystemExit(f"unknown family {unknown}; choose from {', '.join(FAMILIES)}")
+    return select_models((_split(args.models) or []) + (["zoo"] if args.zoo else []) + families)
 
 
 @contextmanager
@@ -239,7 +261,6 @@ def _ceilings(device: str) -> dict[str, float] | None:
 def run_benchmarks(args: argparse.Namespace, argv: list[str], cache_root: Path) -> int:
     """The main run: every row, every backend, then the report."""
     from benchmarks.backends import default_names
-    from benchmarks.models import MODELS
     from benchmarks.report import terminal_text, write_outputs
     from benchmarks.results import Run, collect_meta
     from benchmarks.scenarios import workloads
@@ -248,7 +269,7 @@ def run_benchmarks(args: argparse.Namespace, argv: list[str], cache_root: Path) 
     names = _split(args.backends) or list(default_names(device.startswith("cuda")))
     batches = [int(b) for b in _split(args.batch) or []] or None
     rows = workloads(
-        _split(args.models) or list(MODELS),
+        model_names(args),
         _split(args.scenarios) or [],
         batches,
         device,

@@ -12,7 +12,10 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mybackend benchmarks")
-    group.addoption("--bench-models", help="models (default: all)")
+    group.addoption(
+        "--bench-models",
+        help="models, 'zoo' or zoo families (default: the five reference models)",
+    )
     group.addoption("--bench-backends", help="backends (default: per device, see backends.py)")
     group.addoption("--bench-scenarios", help="inference,training (default: both)")
     group.addoption("--bench-batch", help="batch sizes overriding each scenario's own")

@@ -10,6 +10,11 @@ empty the steps' results.json files are merged into one report
 ``--out`` receives only ``queue.tgz`` (everything) and ``results.md``, because
 the device tool returns a few files.
 
+``--models zoo`` (or names and zoo families, comma-separated) adds one
+``model NAME`` step per model: the model zoo, one model per GPU (``gpu_run.sh
+zoo``). Models the deadline left unstarted are printed as the command that
+runs them.
+
 Steps share the host's CPUs: compile times measured this way include that
 contention (stated beside the figures in docs/performance.md).
 """
@@ -27,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent / "gpu_run.sh"
+# gpu_run.sh steps whose second word is a model (their folder is STEP-MODEL).
+MODEL_STEPS = ("infer", "train", "profile", "model")
 
 
 @dataclass
@@ -52,9 +59,18 @@ def step_folder(step: str) -> str:
     """``infer resnet50 --batch 1`` -> ``infer-resnet50``: the folder gpu_run.sh writes."""
     words = shlex.split(step)
     name = words[0]
-    if name in ("infer", "train") and len(words) > 1:
+    if name in MODEL_STEPS and len(words) > 1:
         name += "-" + words[1]
     return name
+
+
+def model_steps(selection: str, options: str = "") -> list[str]:
+    """``zoo``, ``cnn,resnet18``... -> ``["model NAME OPTIONS", ...]``, one step
+    per model (benchmarks.models.select_models), in registry order."""
+    from benchmarks.models import select_models
+
+    words = [w.strip() for w in selection.split(",") if w.strip()]
+    return [f"model {name} {options}".strip() for name in select_models(words or ["zoo"])]
 
 
 def start(step: str, gpu: int, out: Path, seconds: float, script: Path = SCRIPT) -> Running:
@@ -115,20 +131,38 @@ def pack(work: Path, archive: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("steps", nargs="+", help="gpu_run.sh steps, each one quoted argument")
+    p.add_argument("steps", nargs="*", help="gpu_run.sh steps, each one quoted argument")
+    p.add_argument(
+        "--models",
+        help="comma list of models, 'zoo' or zoo families: one 'model NAME' step each, "
+        "after the steps",
+    )
+    p.add_argument(
+        "--model-options",
+        default="",
+        help="python -m benchmarks options appended to each 'model NAME' step",
+    )
     p.add_argument("--out", type=Path, required=True, help="gets queue.tgz and results.md")
     p.add_argument("--work", type=Path, default=Path("/tmp/mybackend-queue"))
     p.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole queue")
     args = p.parse_args(argv)
+    steps = list(args.steps)
+    steps += model_steps(args.models, args.model_options) if args.models else []
+    if not steps:
+        p.error("give steps, --models, or both")
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     gpus = visible_gpus()
     if not gpus:
         print("[queue] no GPU visible", file=sys.stderr)
         return 2
-    never = run_queue(args.steps, gpus, args.work, args.deadline)
+    never = run_queue(steps, gpus, args.work, args.deadline)
     for step in never:
         print(f"[queue] not started (deadline): {step}")
+    left = [shlex.split(step)[1] for step in never if step.startswith("model ")]
+    if left:
+        rerun = f"bash benchmarks/gpu_run.sh zoo {','.join(left)} {args.model_options}"
+        print(f"[queue] to run them: {rerun.strip()}")
     for log in sorted(args.work.glob("*.log")):
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
         print(f"--- {log.stem}: " + " / ".join(tail))

@@ -16,6 +16,17 @@
 #                  queue "infer resnet50" "train gpt2" tests micro
 #                  (benchmarks/gpu_queue.py; one merged table, everything in
 #                  $OUT/queue/queue.tgz)
+#   model MODEL    any model of the registry (the zoo's included): inference at
+#                  batch 1 and its throughput batch, then its training step,
+#                  against $ZOO_BACKENDS, no fresh-process compile subprocess
+#   zoo [SELECTION [options]]  one 'model' step per zoo model, one model per
+#                  GPU, inside one deadline; SELECTION is a comma list of models
+#                  and zoo families (default: the whole zoo), options go to each
+#                  model's python -m benchmarks. One merged table in
+#                  $OUT/zoo/results.md, everything in $OUT/zoo/queue.tgz. The
+#                  whole zoo needs several calls even on 8 GPUs: run it a
+#                  family at a time (zoo cnn, zoo decoder...); models the
+#                  deadline left unstarted are printed as the next command.
 #
 # Seen on one H100 (2026-11-22, mybackend absent): gpt2 inference batch 1 with
 # four backends took 140 s, most of it compiling (in process and in the
@@ -39,11 +50,11 @@ cd "$(dirname "$0")/.."
 step=${1:-smoke}
 shift || true
 case "$step" in
-  tests|micro|infer|train|smoke|queue|profile) ;;
+  tests|micro|infer|train|smoke|queue|profile|model|zoo) ;;
   *) echo "unknown step '$step' (see the head of $0)"; exit 2 ;;
 esac
 model=""
-if [ "$step" = infer ] || [ "$step" = train ] || [ "$step" = profile ]; then
+if [ "$step" = infer ] || [ "$step" = train ] || [ "$step" = profile ] || [ "$step" = model ]; then
   model=${1:?"usage: $0 $step MODEL [options]"}
   shift
 fi
@@ -52,6 +63,8 @@ out="$out_root/$step${model:+-$model}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 limit=${STEP_SECONDS:-540}
+# The backends of the zoo's table ('model' and 'zoo' steps).
+zoo_backends=${ZOO_BACKENDS:-eager,inductor,inductor-reduce-overhead,mybackend,mybackend-reduce-overhead}
 
 if [ "${BUILD:-0}" = 1 ]; then
   build_start=$SECONDS
@@ -102,4 +115,12 @@ case "$step" in
   profile)
     timeout --signal=INT "$limit" python3 -m benchmarks.profile --models "$model" --out "$out" "$@" ;;
   queue) python3 -m benchmarks.gpu_queue --out "$out" --deadline "$limit" "$@" ;;
+  model)
+    bench --scenarios inference,training --models "$model" --backends "$zoo_backends" \
+      --no-warm-compile "$@" ;;
+  zoo)
+    selection=${1:-zoo}
+    shift || true
+    python3 -m benchmarks.gpu_queue --out "$out" --deadline "$limit" \
+      --work /tmp/mybackend-zoo --models "$selection" --model-options="$*" ;;
 esac

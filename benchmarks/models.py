@@ -1,4 +1,10 @@
-"""The model registry: every benchmarked model is one entry in ``MODELS``.
+"""The model registry: every benchmarked model is one ``ModelSpec`` (spec.py).
+
+``MODELS`` holds the five reference models of the published figures
+(docs/performance.md; the default selection of every command), ``ZOO`` the
+model zoo (zoo/, one file per family), and ``ALL_MODELS`` both: ``get_model``
+looks a name up in ``ALL_MODELS``, so every command takes a zoo model by name,
+and ``select_models`` expands ``zoo`` and family names (``cnn``, ``decoder``...).
 
 Models are built from configs with random weights; nothing is downloaded
 (torchvision and timm are asked for ``weights=None`` / ``pretrained=False``,
@@ -7,38 +13,31 @@ variant (the GPU figures) and a tiny variant (CPU smoke runs, ``--quick``).
 Dropout is off (p = 0) so that a training step is deterministic enough for the
 accuracy check; timm's ViT has none by default.
 
-To add a model, write a builder ``(tiny: bool) -> nn.Module`` whose module
-returns one tensor, an input maker, and one ``ModelSpec`` line in ``MODELS``.
+To add a reference model, write a builder ``(tiny: bool) -> nn.Module`` whose
+module returns one tensor, an input maker, and one ``ModelSpec`` line in
+``MODELS``; a zoo model goes in its family's file under zoo/ instead.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from typing import Any, cast
 
 import torch
 from torch import nn
 
-# (batch, tiny, generator) -> the positional inputs of the module, on the CPU.
-InputMaker = Callable[[int, bool, torch.Generator], tuple[torch.Tensor, ...]]
+from benchmarks.spec import InputMaker, ModelSpec, features, images, tokens
+from benchmarks.zoo import FAMILIES, ZOO
 
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """One benchmarked model.
-
-    ``loss`` names how the training step reduces the output to a scalar:
-    ``"ce"`` is cross entropy over the last dimension against random class
-    ids, ``"mse"`` is mean squared error against a random target.
-    """
-
-    name: str
-    build: Callable[[bool], nn.Module]
-    make_inputs: InputMaker
-    train_batch: int
-    loss: str = "ce"
-    tiny_train_batch: int = 8
+__all__ = [
+    "ALL_MODELS",
+    "FAMILIES",
+    "MODELS",
+    "ZOO",
+    "InputMaker",
+    "ModelSpec",
+    "get_model",
+    "select_models",
+]
 
 
 class _FirstTensor(nn.Module):
@@ -52,29 +51,6 @@ class _FirstTensor(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=input_ids)
         return getattr(out, self.field)  # type: ignore[no-any-return]
-
-
-def _images(full: int, tiny: int) -> InputMaker:
-    def make(batch: int, is_tiny: bool, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        size = tiny if is_tiny else full
-        return (torch.randn(batch, 3, size, size, generator=gen),)
-
-    return make
-
-
-def _tokens(full_seq: int, tiny_seq: int, full_vocab: int, tiny_vocab: int) -> InputMaker:
-    def make(batch: int, is_tiny: bool, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        seq, vocab = (tiny_seq, tiny_vocab) if is_tiny else (full_seq, full_vocab)
-        return (torch.randint(0, vocab, (batch, seq), generator=gen),)
-
-    return make
-
-
-def _features(full: int, tiny: int) -> InputMaker:
-    def make(batch: int, is_tiny: bool, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        return (torch.randn(batch, tiny if is_tiny else full, generator=gen),)
-
-    return make
 
 
 def build_resnet50(tiny: bool) -> nn.Module:
@@ -145,18 +121,47 @@ def build_mlp(tiny: bool) -> nn.Module:
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec("resnet50", build_resnet50, _images(224, 32), train_batch=64),
-        ModelSpec("vit_b16", build_vit, _images(224, 32), train_batch=64),
-        ModelSpec("bert_base", build_bert, _tokens(128, 32, 30522, 1000), 32, loss="mse"),
-        ModelSpec("gpt2", build_gpt2, _tokens(256, 32, 50257, 1000), train_batch=16),
-        ModelSpec("mlp", build_mlp, _features(1024, 128), train_batch=256, loss="mse"),
+        ModelSpec("resnet50", build_resnet50, images(224, 32), train_batch=64),
+        ModelSpec("vit_b16", build_vit, images(224, 32), train_batch=64),
+        ModelSpec("bert_base", build_bert, tokens(128, 32, 30522, 1000), 32, loss="mse"),
+        ModelSpec("gpt2", build_gpt2, tokens(256, 32, 50257, 1000), train_batch=16),
+        ModelSpec("mlp", build_mlp, features(1024, 128), train_batch=256, loss="mse"),
     )
 }
 
 
+if MODELS.keys() & ZOO.keys():
+    raise ValueError(f"zoo models reuse reference names: {sorted(MODELS.keys() & ZOO.keys())}")
+ALL_MODELS: dict[str, ModelSpec] = {**MODELS, **ZOO}
+
+
 def get_model(name: str) -> ModelSpec:
-    """Looks a model up by name; the error lists the valid names."""
+    """Looks a model (reference or zoo) up by name; the error lists the valid names."""
     try:
-        return MODELS[name]
+        return ALL_MODELS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}") from None
+        raise ValueError(
+            f"unknown model {name!r}; choose from {sorted(ALL_MODELS)}, "
+            f"'zoo', 'reference' or a family: {', '.join(FAMILIES)}"
+        ) from None
+
+
+def select_models(words: list[str] | None) -> list[str]:
+    """Model names from names and keywords, in order, each once.
+
+    A word is a model name, ``zoo`` (every zoo model), ``reference`` (the five
+    of ``MODELS``) or a zoo family (``FAMILIES``). None or empty: ``MODELS``.
+    """
+    if not words:
+        return list(MODELS)
+    chosen: list[str] = []
+    for word in words:
+        if word == "zoo":
+            chosen += list(ZOO)
+        elif word == "reference":
+            chosen += list(MODELS)
+        elif word in FAMILIES:
+            chosen += [name for name, spec in ZOO.items() if spec.family == word]
+        else:
+            chosen.append(get_model(word).name)
+    return list(dict.fromkeys(chosen))

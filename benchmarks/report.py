@@ -19,7 +19,7 @@ from benchmarks.results import Result, Run
 
 SCENARIO_TITLES = {
     "inference": "Inference, weights and inputs in {dtype}, torch.no_grad",
-    "training": "Training step: {amp}Adam, loss.backward(), optimizer.step()",
+    "training": "Training step: {amp}{optimizer}, loss.backward(), optimizer.step()",
 }
 T = TypeVar("T")
 TIMES = "\u00d7"  # the multiplication sign of "1.82x" speedups
@@ -194,11 +194,15 @@ def header_lines(run: Run) -> list[str]:
 
 def summary_markdown(run: Run) -> str:
     """The speedup tables and the compile-time table."""
+    from benchmarks.zoo import ZOO
+
     short, amp = _precision_words(run)
+    zoo = any(r.model in ZOO for r in run.results)
+    optimizer = "Adam (AdamW for zoo models)" if zoo else "Adam"
     parts = []
     for scenario, title in SCENARIO_TITLES.items():
         if any(r.scenario == scenario for r in run.results):
-            heading = title.format(dtype=short, amp=amp)
+            heading = title.format(dtype=short, amp=amp, optimizer=optimizer)
             parts += [
                 f"## {heading}",
                 "",

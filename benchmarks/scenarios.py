@@ -7,10 +7,12 @@ the same computation in higher precision. A ``Task`` then hands each backend a
 fresh copy of the model through ``Task.runner``.
 
 * ``inference``: weights and inputs in the run dtype (bf16 on a GPU), eval mode,
-  under ``torch.no_grad``; one call is one step.
+  under ``torch.no_grad``; one call is one step. Batch 1 and the model's
+  throughput batch (32 for the reference models).
 * ``training``: fp32 weights, forward and loss under bf16 autocast on a GPU,
-  ``loss.backward()``, ``Adam.step()``. The module handed to the backend is the
-  model plus its loss; the optimizer step runs eagerly for every backend.
+  ``loss.backward()``, ``optimizer.step()`` (Adam for the reference models,
+  AdamW for the zoo). The module handed to the backend is the model plus its
+  loss; the optimizer step runs eagerly for every backend.
 
 On the CPU (``--quick``) both scenarios run in fp32 without autocast and the
 high-precision reference is fp64.
@@ -33,7 +35,6 @@ from benchmarks.common import clone_tensors
 from benchmarks.models import ModelSpec, get_model
 
 SCENARIOS = ("inference", "training")
-INFERENCE_BATCHES = (1, 32)
 SEED = 0
 
 
@@ -93,17 +94,22 @@ class TrainModule(nn.Module):
 
 
 def loss_value(out: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
-    """Cross entropy over the last dim ("ce") or mean squared error ("mse"), >= fp32."""
+    """Cross entropy over the last dim ("ce"), mean squared error ("mse") or the
+    mean square of the output ("square", ``target`` unused), in >= fp32."""
     out = out.to(torch.promote_types(out.dtype, torch.float32))
     if kind == "ce":
         return F.cross_entropy(out.flatten(0, -2), target.flatten())
+    if kind == "square":
+        return out.pow(2).mean()
     return F.mse_loss(out, target.to(out.dtype))
 
 
 def make_target(out: torch.Tensor, kind: str, gen: torch.Generator) -> torch.Tensor:
-    """A random target shaped for ``loss_value`` (on the CPU)."""
+    """A random target shaped for ``loss_value`` (on the CPU); a 0-d zero for "square"."""
     if kind == "ce":
         return torch.randint(0, out.shape[-1], tuple(out.shape[:-1]), generator=gen)
+    if kind == "square":
+        return torch.zeros(())
     return torch.randn(tuple(out.shape), generator=gen)
 
 
@@ -210,7 +216,8 @@ class Task:
     def _training_runner(self, backend: Backend) -> Runner:
         model = copy.deepcopy(self.base).to(self.device).train()
         module = TrainModule(model, self.spec.loss)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        optimizer_class = torch.optim.AdamW if self.spec.optimizer == "adamw" else torch.optim.Adam
+        optimizer = optimizer_class(model.parameters(), lr=1e-4)
         assert self.target is not None
         args = (*_cast(self.cpu_inputs, self.device, torch.float32), self.target.to(self.device))
         compiled = backend.compile(module)
@@ -247,15 +254,19 @@ def workloads(
     dtype: str,
     tiny: bool,
 ) -> list[Workload]:
-    """Every row of a run: inference at batch 1 and 32, training at each model's
-    own batch, unless ``batches`` overrides both."""
+    """Every row of a run: inference at batch 1 and each model's throughput batch,
+    training at its training batch, unless ``batches`` overrides both."""
     rows = []
     for name in models:
         spec = get_model(name)
         for scenario in scenarios:
             if scenario not in SCENARIOS:
                 raise ValueError(f"unknown scenario {scenario!r}; choose from {SCENARIOS}")
-            own = [spec.tiny_train_batch if tiny else spec.train_batch]
-            chosen = batches or (list(INFERENCE_BATCHES) if scenario == "inference" else own)
+            own = (
+                spec.inference_batches(tiny)
+                if scenario == "inference"
+                else (spec.training_batch(tiny),)
+            )
+            chosen = batches or list(own)
             rows += [Workload(name, scenario, b, device, dtype, tiny) for b in chosen]
     return rows

@@ -25,7 +25,7 @@ from benchmarks.common import (
     synchronize,
     time_once,
 )
-from benchmarks.models import MODELS
+from benchmarks.models import select_models
 from benchmarks.scenarios import Task, Workload, workloads
 
 ON_GPU = torch.cuda.is_available()
@@ -43,7 +43,7 @@ def _cases(config: pytest.Config) -> list[tuple[Workload, str]]:
     device, dtype = ("cuda", "bfloat16") if ON_GPU else ("cpu", "float32")
     batch = _option(config, "--bench-batch")
     rows = workloads(
-        _option(config, "--bench-models") or list(MODELS),
+        select_models(_option(config, "--bench-models")),
         _option(config, "--bench-scenarios") or ["inference", "training"],
         [int(b) for b in batch] if batch else None,
         device,
