@@ -14,8 +14,10 @@ fi
 
 # torch first, on its own: the extension builds against the torch that is
 # installed (no build isolation, so pip never brings a second torch).
+# numpy with it: torch imported without numpy warns "Failed to initialize NumPy".
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  "$PY" -m pip install -q "torch==2.11.*"
+  echo "setup: installing torch 2.11 (a large download)"
+  "$PY" -m pip install -q "torch==2.11.*" numpy
 fi
 # torchvision releases pair with one torch minor version (2.11 -> 0.26).
 torchvision_pin=$("$PY" -c "import torch; m = int(torch.__version__.split('.')[1]); print(f'0.{m + 15}.*')")
@@ -24,4 +26,4 @@ torchvision_pin=$("$PY" -c "import torch; m = int(torch.__version__.split('.')[1
   timm transformers "torchvision==$torchvision_pin"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .
-"$PY" -c "import mybackend; print('mybackend', mybackend.__version__, 'built with CUDA:', mybackend.cuda_enabled())"
+"$PY" -c "import mybackend, torch; print('mybackend', mybackend.__version__, '| CUDA kernels built:', mybackend.cuda_enabled(), '| GPU present:', torch.cuda.is_available())"
