@@ -10,8 +10,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
 import torch
 
+import mybackend.aot
+from mybackend.decompositions import decomposition_table
 from mybackend.reports import GraphRecord, collecting
 
 # Note [Tests assert behaviour, never time]
@@ -32,6 +35,13 @@ def wait_until(condition: Callable[[], bool], what: str, poll_s: float = 0.01) -
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen (hang guard {HANG_GUARD_S:.0f} s)")
         time.sleep(poll_s)
+
+
+def use_cuda_decompositions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces CPU graphs with the table CUDA graphs get: CPU graphs keep
+    ATen's ops whole (Note [Eager's kernels on the CPU]), and tests of
+    rewrites meant for CUDA graphs need the decomposed ops there too."""
+    monkeypatch.setattr(mybackend.aot, "decomposition_table", lambda *args: decomposition_table())
 
 
 def error_ratio_check(

@@ -1,6 +1,5 @@
 #include "runtime/cuda_graph_runner.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -106,12 +105,8 @@ std::size_t move_to_own_memory(c10::StorageImpl& storage) {
 // whose forward returns it on the host unless it runs under a capture (Note
 // [RNG state follows the capture] in rng_state.h). A captured graph would
 // bake a host address into device work, or copy pageable memory inside the
-// capture: a call with a host tensor among its inputs runs uncaptured.
-bool holds_host_tensor(const std::vector<c10::IValue>& inputs) {
-  return std::any_of(inputs.begin(), inputs.end(), [](const c10::IValue& v) {
-    return v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cuda();
-  });
-}
+// capture: a call with a host tensor among its inputs runs uncaptured (the
+// signature, built on every call anyway, tells).
 
 // Whether an input lives in a captured graph's output memory (Note [Borrowed
 // graph memory]).
@@ -141,13 +136,17 @@ struct CudaGraphRunner::Impl {
   // Note [Signature words]: a replay's signature is built on every call
   // (ResNet-50's inference graph has about 270 tensor inputs), so it is a
   // flat list of words compared exactly, not formatted text.
-  Signature signature(const std::vector<c10::IValue>& inputs) const {
+  // `holds_host_tensor`: whether an input tensor is not on a CUDA device
+  // (Note [No capture over host tensors]).
+  Signature signature(const std::vector<c10::IValue>& inputs, bool* holds_host_tensor) const {
+    *holds_host_tensor = false;
     Signature key;
     key.reserve(inputs.size() * 12);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const c10::IValue& v = inputs[i];
       if (v.isTensor()) {
         const at::Tensor& t = v.toTensor();
+        *holds_host_tensor |= !t.is_cuda();
         key.push_back(kTensorTag | static_cast<std::int64_t>(t.scalar_type()));
         key.push_back(static_cast<std::int64_t>(t.device().type()) << 16 | t.device().index());
         key.push_back(t.dim());
@@ -183,8 +182,9 @@ struct CudaGraphRunner::Impl {
 
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (holds_host_tensor(inputs)) return executor.run(std::move(inputs));
-    Signature key = signature(inputs);
+    bool holds_host_tensor = false;
+    Signature key = signature(inputs, &holds_host_tensor);
+    if (holds_host_tensor) return executor.run(std::move(inputs));
     if (auto found = graphs.find(key); found != graphs.end()) return replay(*found->second, inputs);
     if (failures.count(key) || ++calls_by_signature[key] < 2 ||
         static_cast<int>(graphs.size()) >= policy.max_graphs) {

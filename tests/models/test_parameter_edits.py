@@ -32,11 +32,9 @@ import pytest
 import torch
 from torch import nn
 
-import mybackend.aot
-from mybackend.decompositions import decomposition_table
 from mybackend.options import mode_preset
 from tests.models.models import ConvBN
-from tests.testing import compiled_records
+from tests.testing import compiled_records, use_cuda_decompositions
 
 # Relative error (in norm) allowed between the compiled and the eager output.
 # A computation with stale weights misses by far more: 0.6 for ResNet-50 with
@@ -294,7 +292,7 @@ def test_opt_in_hoisting_follows_version_counted_edits(
     test does not assert that."""
     # CPU graphs keep inference batch norm whole (Note [Eager's kernels on
     # the CPU]): with CUDA's table its scale and shift are nodes to hoist.
-    monkeypatch.setattr(mybackend.aot, "decomposition_table", lambda *args: decomposition_table())
+    use_cuda_decompositions(monkeypatch)
     records = check_edit(
         CPU_MODELS[model], EDITS[edit], "cpu", options={"hoist_parameter_work": True}
     )

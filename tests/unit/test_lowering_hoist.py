@@ -14,7 +14,7 @@ import mybackend.aot
 from mybackend.aot import static_input_indices
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering.hoist import HoistedValues, hoist_parameter_work
-from tests.testing import compiled_records
+from tests.testing import compiled_records, use_cuda_decompositions
 from tests.unit.test_lowering_layout import ConvBlock
 
 aten = torch.ops.aten
@@ -73,10 +73,9 @@ HOIST = {"strict": True, "hoist_parameter_work": True}
 
 @pytest.fixture
 def cuda_decompositions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CPU graphs keep inference batch norm whole (Note [Eager's kernels on
-    the CPU]); these tests need its per-channel scale and shift as nodes, as
-    a CUDA graph has them, to hoist them."""
-    monkeypatch.setattr(mybackend.aot, "decomposition_table", lambda *args: decomposition_table())
+    """Inference batch norm's per-channel scale and shift as nodes, as a
+    CUDA graph has them, to hoist them."""
+    use_cuda_decompositions(monkeypatch)
 
 
 def test_hoisted_values_follow_parameter_updates(cuda_decompositions: None) -> None:

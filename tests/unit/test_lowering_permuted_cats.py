@@ -11,10 +11,8 @@ import torch
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import mybackend.aot
-from mybackend.decompositions import decomposition_table
 from mybackend.lowering.permuted_cats import write_permuted_cats
-from tests.testing import compiled_records
+from tests.testing import compiled_records, use_cuda_decompositions
 
 aten = torch.ops.aten
 B, H, N, D = 2, 3, 5, 4
@@ -122,7 +120,7 @@ def test_the_attention_backward_writes_the_projection_gradient_in_one_concatenat
 ) -> None:
     # The pattern is a CUDA graph's (stack decomposed into cat): CPU graphs keep
     # ATen's ops whole (Note [Eager's kernels on the CPU]), so take CUDA's table.
-    monkeypatch.setattr(mybackend.aot, "decomposition_table", lambda *args: decomposition_table())
+    use_cuda_decompositions(monkeypatch)
     torch.manual_seed(0)
     eager = _Attention()
     model = _Attention()
