@@ -11,5 +11,8 @@ Layout (one idea per file):
 * ``report.py``    markdown tables (results.md); merging runs
 * ``charts.py``    PNG charts
 * ``cli.py``       ``python -m benchmarks``
+* ``engine_sweep.py`` the op sweep of every engine on the GPU (docs/op-sweep.md)
+* ``distributed.py`` DDP and FSDP2 training under torchrun (docs/distributed.md)
+* ``zoo/``         the model zoo's builders, by family
 * ``micro/``       kernel micro-benchmarks against the roofline
 """

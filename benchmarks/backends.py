@@ -31,6 +31,9 @@ REGISTRY: dict[str, dict[str, Any] | None] = {
     "mybackend-reduce-overhead": dict(backend="mybackend", mode="reduce-overhead"),
     # Without generated kernels: ATen calls and cuBLASLt groups only.
     "mybackend-no-generated": dict(backend="mybackend", options={"generated_kernels": False}),
+    # Keeps compiled graphs in torch's AOTAutograd cache (docs/warm-start.md):
+    # its second fresh process on the same TORCHINDUCTOR_CACHE_DIR is the warm start.
+    "mybackend-warm-start": dict(backend="mybackend", options={"warm_start": True}),
 }
 
 # Backends whose point is CUDA graphs: on a CPU they measure nothing new.

@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_run.sh STEP [MODEL] [extra python -m benchmarks options]
 #
 # One device command may run 10 minutes, so the full suite is split into steps
-# that each fit (one or more per call, in any order; 11 in all):
+# that each fit (one or more per call, in any order; 13 in all):
 #
 #   tests          the whole test suite on the GPU (GPU-marked tests run here), C++ tests too
 #   micro          device ceilings + kernel micro-benchmarks (benchmarks/micro)
@@ -27,6 +27,14 @@
 #                  whole zoo needs several calls even on 8 GPUs: run it a
 #                  family at a time (zoo cnn, zoo decoder...); models the
 #                  deadline left unstarted are printed as the next command.
+#   sweep [options] the op sweep of every engine (tests/gpu/test_engine_sweep.py) with
+#                  the OpInfo and layout sweeps; the per-engine table of docs/op-sweep.md
+#                  in $OUT/sweep/op-sweep.md (python -m benchmarks.engine_sweep; options
+#                  such as --files FILE... or -k EXPR go to it)
+#   dist [options] DDP and FSDP2 training of GPT-2 small under torchrun, one
+#                  process per GPU of the machine (NCCL, NVLink multicast off):
+#                  eager, Inductor and mybackend ms per step and a loss check
+#                  (benchmarks/distributed.py; its options, e.g. --setups ddp)
 #
 # Seen on one H100 (2026-11-22, mybackend absent): gpt2 inference batch 1 with
 # four backends took 140 s, most of it compiling (in process and in the
@@ -50,7 +58,7 @@ cd "$(dirname "$0")/.."
 step=${1:-smoke}
 shift || true
 case "$step" in
-  tests|micro|infer|train|smoke|queue|profile|model|zoo) ;;
+  tests|micro|infer|train|smoke|queue|profile|model|zoo|sweep|dist) ;;
   *) echo "unknown step '$step' (see the head of $0)"; exit 2 ;;
 esac
 model=""
@@ -118,9 +126,24 @@ case "$step" in
   model)
     bench --scenarios inference,training --models "$model" --backends "$zoo_backends" \
       --no-warm-compile "$@" ;;
+  sweep)
+    timeout --signal=INT --kill-after=30 "$limit" \
+      python3 -m benchmarks.engine_sweep --out "$out" "$@" >"$out/pytest.log" 2>&1
+    rc=$?
+    grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30
+    tail -n 3 "$out/pytest.log"
+    [ -f "$out/op-sweep.md" ] && cat "$out/op-sweep.md"
+    exit $rc ;;
   zoo)
     selection=${1:-zoo}
     shift || true
     python3 -m benchmarks.gpu_queue --out "$out" --deadline "$limit" \
       --work /tmp/mybackend-zoo --models "$selection" --model-options="$*" ;;
+  dist)
+    # NVLink multicast (NVLS) stays off on these machines.
+    export NCCL_NVLS_ENABLE=0
+    gpus=$(python3 -c 'import torch; print(max(torch.cuda.device_count(), 1))')
+    timeout --signal=INT --kill-after=20 "$limit" \
+      python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
+      benchmarks/distributed.py --out "$out" "$@" ;;
 esac

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 import mybackend.aot as aot
-import mybackend.batch_norm as batch_norm
+import mybackend.ops.batch_norm as batch_norm
 from benchmarks.models import get_model
-from mybackend.lowering.layout import placeholder_values, plan_channels_last
-from mybackend.lowering.matmul_padding import pad_matmuls
+from mybackend.passes.layout import placeholder_values, plan_channels_last
+from mybackend.passes.matmul_padding import pad_matmuls
 
 
 def joint_graph(model: str, batch: int, device: str) -> torch.fx.GraphModule:

@@ -91,9 +91,10 @@ def build_bert(tiny: bool) -> nn.Module:
     return _FirstTensor(BertModel(config), "last_hidden_state")
 
 
-def build_gpt2(tiny: bool) -> nn.Module:
-    """transformers GPT2LMHeadModel(GPT2Config()) without KV cache; returns logits."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+def gpt2_config(tiny: bool) -> Any:
+    """GPT-2 small's GPT2Config without dropout or KV cache (tiny: 2 layers,
+    width 64, 1000 words), as every GPT-2 benchmark builds it."""
+    from transformers import GPT2Config
 
     small: dict[str, Any] = dict(
         n_embd=64,
@@ -105,8 +106,14 @@ def build_gpt2(tiny: bool) -> nn.Module:
         eos_token_id=0,
     )
     no_dropout: dict[str, Any] = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    config = GPT2Config(use_cache=False, **no_dropout, **(small if tiny else {}))
-    return _FirstTensor(GPT2LMHeadModel(config), "logits")
+    return GPT2Config(use_cache=False, **no_dropout, **(small if tiny else {}))
+
+
+def build_gpt2(tiny: bool) -> nn.Module:
+    """transformers GPT2LMHeadModel(GPT2Config()) without KV cache; returns logits."""
+    from transformers import GPT2LMHeadModel
+
+    return _FirstTensor(GPT2LMHeadModel(gpt2_config(tiny)), "logits")
 
 
 def build_mlp(tiny: bool) -> nn.Module:

@@ -1,7 +1,7 @@
 """Markdown tables of a run (results.md), and merging runs.
 
 Three summary tables come first: speedup over eager per scenario (the layout of
-/work/shared/reference-figures.md, with a geometric-mean row), then compile
+docs/reference-figures.md, with a geometric-mean row), then compile
 times. Then one detail row per (model, scenario, batch, backend) with every
 metric. ``python -m benchmarks.report DIR... --out DIR`` merges the
 results.json of several runs (e.g. one per device call) into one report.

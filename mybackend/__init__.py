@@ -14,10 +14,10 @@ import atexit
 import torch  # noqa: F401  (loads libtorch before the extension needs it)
 
 from mybackend import _C
+from mybackend._logging import register_with_torch_logging as _register_logging
 from mybackend.backend import register as _register
 from mybackend.compiled import BackendFailure
 from mybackend.debug.partition_map import PartitionMap
-from mybackend.debug.tracing import register_with_torch_logging as _register_logging
 from mybackend.explain import ExplainReport, explain
 from mybackend.options import Options
 

@@ -4,7 +4,8 @@ Loggers are children of ``mybackend`` (``mybackend.lowering``,
 ``mybackend.partition``, ...), so standard ``logging`` configuration applies.
 ``MYBACKEND_LOGS=+partition,fallback`` (or ``all``) turns channels on at DEBUG
 level when the backend first compiles; nothing is read at import time.
-The ``mybackend`` logger is also a TORCH_LOGS component (mybackend/debug/
+The ``mybackend`` logger is also a TORCH_LOGS component
+(``register_with_torch_logging``; TORCH_TRACE artifacts: mybackend/hooks/
 tracing.py), so ``TORCH_LOGS="+mybackend"`` does the same as ``all``.
 """
 
@@ -15,11 +16,15 @@ import os
 import threading
 import warnings
 
+from torch._logging import _internal as torch_logging
+
+COMPONENT = "mybackend"  # our name in torch's log registry
 CHANNELS = ("dynamo", "aot", "lowering", "partition", "fusion", "runtime", "fallback")
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 _env_applied = False
+_registered = False
 
 
 def get_logger(channel: str) -> logging.Logger:
@@ -35,8 +40,6 @@ def apply_env_log_settings() -> None:
     if _env_applied:
         return
     _env_applied = True
-    from mybackend.debug.tracing import register_with_torch_logging
-
     register_with_torch_logging()
     spec = os.environ.get("MYBACKEND_LOGS", "").strip()
     if not spec:
@@ -50,6 +53,19 @@ def apply_env_log_settings() -> None:
         logger = get_logger(name)
         logger.setLevel(logging.DEBUG)
         logger.addHandler(handler)
+
+
+def register_with_torch_logging() -> None:
+    """Registers ``mybackend`` with torch's log registry (``set_logs(modules=...)``).
+
+    TORCH_LOGS needs nothing from us: torch reads ``+mybackend`` as a module
+    name, imports mybackend to check it, and configures the logger itself.
+    """
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    torch_logging.register_log(COMPONENT, COMPONENT)
 
 
 def warn_once(key: str, message: str) -> None:

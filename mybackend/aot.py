@@ -3,12 +3,15 @@
 Training graphs are split into forward and backward by the min-cut
 rematerialization partitioner; graphs that need no gradient (no_grad,
 inference_mode, or no input requiring grad) arrive once, as "inference".
-Each ATen graph is lowered to the IR and compiled by the C++ core; a graph
-that fails to compile runs eagerly (warned once) unless strict mode is on.
+The graph passes run at three points here (mybackend/passes/pipeline.py:
+dynamo's graph, the joint graph, each ATen graph). Each ATen graph is then
+lowered to the IR and compiled by the C++ core; a graph that fails to
+compile runs eagerly (warned once) unless strict mode is on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -22,31 +25,36 @@ import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from mybackend import _C
+from mybackend import _C, warm_start
 from mybackend._logging import get_logger, warn_once
 from mybackend.aot_logs import skipping_unread_graph_texts
-from mybackend.attention_masks import SDPA_TARGETS, rewrite_attention_masks
-from mybackend.common_subexpressions import eliminate_common_subexpressions
-from mybackend.compile_times import PARTITION, timed, timed_graph_compile
+from mybackend.compile_times import (
+    AOT_COMPILES,
+    CORE_PLANS,
+    JOINT_PARTITIONS,
+    LOWERINGS,
+    PARTITION,
+    count,
+    timed,
+    timed_graph_compile,
+)
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
-from mybackend.cross_entropy import rewrite_cross_entropy
-from mybackend.debug.dumps import dump_graph
-from mybackend.debug.repro import write_reproducer
-from mybackend.debug.tracing import emit_graph_artifacts
 from mybackend.decompositions import decomposition_table
+from mybackend.distributed import count_aot_compile, has_collectives
+from mybackend.eager_floor import EagerFloor, FloorInputs, floor_cache_path, runs_on_cuda
 from mybackend.gc_pause import collections_paused
+from mybackend.hooks.background import BackgroundGraphFunction
+from mybackend.hooks.dumps import dump_graph
+from mybackend.hooks.reproducer import write_reproducer
+from mybackend.hooks.tracing import emit_graph_artifacts
 from mybackend.lowering import lower
-from mybackend.lowering.batch_norm_gradients import copy_batch_norm_gradients
-from mybackend.lowering.fake_prop import copy_graph
 from mybackend.lowering.graph_modules import new_graph_module
-from mybackend.lowering.hoist import HoistedGraphFunction, HoistedValues, hoist_parameter_work
-from mybackend.lowering.layout import placeholder_values, plan_channels_last
-from mybackend.lowering.matmul_padding import pad_matmuls
-from mybackend.lowering.mutations import batch_input_mutations
-from mybackend.lowering.permuted_cats import write_permuted_cats
-from mybackend.lowering.scatter_adds import fold_scatter_adds
-from mybackend.lowering.widening_casts import cast_after_views, split_widening_casts
 from mybackend.options import Options
+from mybackend.passes.common_subexpressions import eliminate_common_subexpressions
+from mybackend.passes.driver import DYNAMO, JOINT, PassContext, run_passes, selected
+from mybackend.passes.fake_prop import copy_graph
+from mybackend.passes.hoist import HoistedGraphFunction, HoistedValues
+from mybackend.passes.pipeline import BEFORE_AOT, ON_JOINT, PER_GRAPH
 from mybackend.reports import GraphRecord, publish
 
 log = get_logger("aot")
@@ -58,73 +66,72 @@ def compile_with_aot(
 ) -> Callable[..., Any]:
     """Runs aot_autograd on a dynamo graph with our compiler for every part."""
     graph_id = next(_graph_ids)
-    # Note [Recovery runs the user's program]: the caller's graph stays as
-    # dynamo made it; the torch-level rewrites below work on a copy.
-    if _rewrites_torch_calls(gm, options):
+    ctx = PassContext(gm, list(example_inputs), DYNAMO, f"graph{graph_id}", options)
+    if selected(BEFORE_AOT, ctx):  # a scan of call targets, far cheaper than a copy
+        # Note [Recovery runs the user's program]: the caller's graph stays as
+        # dynamo made it; the passes rewrite a copy.
         copied, _ = copy_graph(gm)
-        gm = new_graph_module(gm, copied)
-    if rewrite_attention_masks(gm):
-        log.debug("graph%d: attention masks rewritten for fused kernels", graph_id)
-    if options.fused_cross_entropy and (fused := rewrite_cross_entropy(gm)):
-        log.debug("graph%d: %d cross-entropy calls fused", graph_id, fused)
+        ctx.gm = new_graph_module(gm, copied)
+        gm = run_passes(BEFORE_AOT, ctx).gm  # Note [Passes as data]
+
+    warm = warm_start.enabled(options)
 
     def compiler(kind: str) -> Callable[..., Any]:
-        return functools.partial(
+        compile_fn = functools.partial(
             compile_aten_graph, name=f"graph{graph_id}.{kind}", kind=kind, options=options
         )
+        return warm_start.serializable_compiler(compile_fn, kind) if warm else compile_fn
 
-    with skipping_unread_graph_texts():  # Note [Unread graph texts]
-        return aot_module_simplified(
+    settings = (
+        warm_start.aot_cache_settings(options, f"graph{graph_id}")
+        if warm
+        else contextlib.nullcontext()
+    )
+    with skipping_unread_graph_texts(), settings:  # Note [Unread graph texts], [Warm start]
+        compiled = aot_module_simplified(
             gm,
             example_inputs,
             fw_compiler=compiler("forward"),
             bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"),
             decompositions=decomposition_table(example_inputs, gm),
-            partition_fn=functools.partial(_partition, options=options),
+            partition_fn=functools.partial(
+                _partition, options=options, name=f"graph{graph_id}.joint"
+            ),
             keep_inference_input_mutations=True,
         )
-
-
-def _rewrites_torch_calls(gm: torch.fx.GraphModule, options: Options) -> bool:
-    """Whether the dynamo graph calls what the rewrites before aot_autograd
-    may change (a scan of targets, far cheaper than a copy of the graph)."""
-    targets = set(SDPA_TARGETS)
-    if options.fused_cross_entropy:
-        targets.add(torch.nn.functional.cross_entropy)
-    return any(node.op == "call_function" and node.target in targets for node in gm.graph.nodes)
+    count_aot_compile()  # Note [DDPOptimizer counts aot_autograd compiles]
+    return compiled
 
 
 def _partition(
-    joint: torch.fx.GraphModule, joint_inputs: Any, *, options: Options, **kwargs: Any
+    joint: torch.fx.GraphModule,
+    joint_inputs: Any,
+    *,
+    options: Options,
+    name: str = "joint",
+    **kwargs: Any,
 ) -> Any:
-    """The min-cut partitioner, after the joint graph's channels-last plan and
-    matrix-product padding (planned before the split, forward and backward
-    agree on the strides of every saved tensor: Note [Channels-last
-    planning], Note [Aligned matrix products]). Timed: aot_autograd has no
-    timer of its own for it, and it is a large part of compiling a training
-    graph."""
+    """The min-cut partitioner, after the joint graph's passes (ON_JOINT:
+    the channels-last plan and matrix-product padding; planned before the
+    split, forward and backward agree on the strides of every saved tensor:
+    Note [Channels-last planning], Note [Aligned matrix products]). Timed:
+    aot_autograd has no timer of its own for it, and it is a large part of
+    compiling a training graph."""
     # Note [One recompile per joint graph]
-    # Each pass below returns a new GraphModule and recompiled it at its
-    # end, before the min-cut partitioner's own first step, a recompile:
-    # with plain modules, four code generations of ResNet-50's 3000-node
-    # joint graph (0.75 s on the development machine). Nothing runs the
-    # joint module in between (propagation walks its nodes), so the passes
-    # leave the final recompile to the partitioner. Under dynamo the modules
-    # are lazy (Note [Graph modules made lazily]) and a recompile is only a
-    # flag; the passes skip theirs all the same, for the callers outside
+    # Each pass of the joint graph returned a new GraphModule and recompiled
+    # it at its end, before the min-cut partitioner's own first step, a
+    # recompile: with plain modules, four code generations of ResNet-50's
+    # 3000-node joint graph (0.75 s on the development machine). Nothing runs
+    # the joint module in between (propagation walks its nodes), so the pass
+    # driver leaves the final recompile to the partitioner. Under dynamo the
+    # modules are lazy (Note [Graph modules made lazily]) and a recompile is
+    # only a flag; the driver skips it all the same, for the callers outside
     # dynamo whose modules are plain.
+    count(JOINT_PARTITIONS)  # Note [Compile counters]
     with timed(PARTITION):
-        if options.channels_last:
-            joint, conversions = plan_channels_last(
-                joint, placeholder_values(joint), recompile=False
-            )
-            if conversions:
-                log.debug("joint graph: %d channels-last conversions planned", conversions)
-        if options.pad_matmuls:
-            joint, padded = pad_matmuls(joint, placeholder_values(joint), "joint", recompile=False)
-            if padded:
-                log.debug("joint graph: %d matrix products padded", padded)
+        ctx = PassContext(joint, None, JOINT, name, options)
+        joint = run_passes(ON_JOINT, ctx, recompile=False).gm
         return min_cut_partition(joint, joint_inputs, **kwargs)
 
 
@@ -156,6 +163,7 @@ def compile_aten_graph(
     With ``background_compile`` the work runs on a worker thread and the
     returned callable runs the graph eagerly until it is done.
     """
+    count(AOT_COMPILES)  # aot_autograd traced this graph (Note [Compile counters])
     static_inputs = static_input_indices(kind)
     inputs = list(example_inputs)
 
@@ -164,8 +172,6 @@ def compile_aten_graph(
             return _compile_now(gm, inputs, name, kind, options, static_inputs)
 
     if options.background_compile:
-        from mybackend.debug.background import BackgroundGraphFunction
-
         return BackgroundGraphFunction(name, gm, compile_now, strict=options.strict)
     # A backward graph compiles on autograd's first backward call, outside
     # the backend's own pause. Not for background compiles: the caller's
@@ -182,68 +188,41 @@ def _compile_now(
     options: Options,
     static_inputs: list[int],
 ) -> Callable[..., Any]:
-    stage_times: list[tuple[str, float]] = []
     ir_text = ""
-    planned = gm
+    ctx = PassContext(gm, example_inputs, kind, name, options, static_inputs)
     try:
         start = time.perf_counter()
-        if batched := batch_input_mutations(planned):
-            log.debug("%s: %d input mutations batched", name, batched)
-        if options.pad_matmuls:
-            planned, padded = pad_matmuls(planned, example_inputs, kind)
-            if padded:
-                stage_times.append(("padding", time.perf_counter() - start))
-                log.debug("%s: %d matrix products padded", name, padded)
-                start = time.perf_counter()
-        if kind == "inference" and options.channels_last:
-            planned, conversions = plan_channels_last(planned, example_inputs)
-            if conversions:  # else its (small) time counts as lowering
-                stage_times.append(("layout", time.perf_counter() - start))
-                log.debug("%s: %d channels-last conversions planned", name, conversions)
-                start = time.perf_counter()
-        hoist = None
-        if kind == "inference" and options.hoist_parameter_work:
-            hoist = hoist_parameter_work(planned, example_inputs, static_inputs)
-        if hoist is not None:
-            planned, example_inputs = hoist.main, hoist.example_inputs
-            static_inputs = [*static_inputs, *hoist.hoisted_inputs]
-            stage_times.append(("hoisting", time.perf_counter() - start))
-            start = time.perf_counter()
-        # All rewrite in place; one code generation serves them (the eager
-        # fallback may run `planned` when it is `gm` itself).
-        copied = moved = split = 0
-        if options.generated_kernels:
-            copied = copy_batch_norm_gradients(planned, recompile=False)
-            moved = cast_after_views(planned, recompile=False)
-            split = split_widening_casts(planned, recompile=False)
-        folded = fold_scatter_adds(planned, recompile=False)
-        cats = write_permuted_cats(planned, recompile=False)
-        if copied or moved or split or folded or cats:
-            planned.recompile()
-            log.debug(
-                "%s: %d batch-norm gradients copied for their sums, %d widening casts moved "
-                "after their views, %d copied per reader, %d scatter sums folded, %d permuted "
-                "copies written by their concatenation",
-                name,
-                copied,
-                moved,
-                split,
-                folded,
-                cats,
-            )
-        lowered = lower(planned, example_inputs)
-        stage_times.append(("lowering", time.perf_counter() - start))
+        run_passes(PER_GRAPH, ctx)  # Note [Passes as data]
+        count(LOWERINGS)  # Note [Compile counters]
+        lowered = lower(ctx.gm, ctx.inputs())
+        stage_times = ctx.stage_times()
+        # A pass that changed nothing has no stage: its time counts as lowering.
+        passes = sum(seconds for _, seconds in stage_times)
+        stage_times.append(("lowering", time.perf_counter() - start - passes))
         ir_text = lowered.graph.to_text(True)
-        core = _C.compile(
-            lowered.graph, options.core_options(static_inputs), lowered.run_python_node
-        )
+        core_options = options.core_options(ctx.static_inputs)
+        count(CORE_PLANS)
+        core = _C.compile(lowered.graph, core_options, lowered.run_python_node)
     except Exception as error:
-        record = GraphRecord(name, kind, ir_text, None, stage_times, gm=gm)
+        record = GraphRecord(name, kind, ir_text, None, ctx.stage_times(), gm=gm)
         return _fall_back(record, example_inputs, options, error)
+    planned, example_inputs, hoist = ctx.gm, ctx.inputs(), ctx.hoist
     stage_times.extend(core.stage_times())
     # The planned graph is what the core compiled: its eager run (fallback,
     # accuracy check) names the same nodes and computes the same values.
-    compiled = CompiledGraphFunction(name, lowered, core, planned, options)
+    floor: EagerFloor | None = None
+    floor_inputs: FloorInputs | None = None
+    # Note [No floor across collectives] (mybackend/distributed.py)
+    if options.eager_floor and runs_on_cuda(example_inputs) and not has_collectives(planned):
+        # Note [Eager is the floor]; the key is kept for a warm start (Note [Warm-started floors])
+        floor_inputs = FloorInputs.of(example_inputs)
+        cache_file = floor_cache_path(
+            options.cache_root(), ir_text, floor_inputs, repr(core_options)
+        )
+        floor = EagerFloor(name, cache_file)
+    # Hoisting changed the graph's inputs: then the floor times the planned graph.
+    reference = gm if hoist is None else None
+    compiled = CompiledGraphFunction(name, lowered, core, planned, options, floor, reference)
     record = GraphRecord(
         name, kind, ir_text, core.report, stage_times, compiled=compiled, gm=planned
     )
@@ -253,9 +232,18 @@ def _compile_now(
     if log.isEnabledFor(logging.DEBUG):  # the report waits for the kernels: only when read
         report = record.core_report or {}
         log.debug("compiled %s: %d partitions", name, len(report.get("partitions", ())))
+    result: CompiledGraphFunction | HoistedGraphFunction = compiled
     if hoist is not None:
-        return HoistedGraphFunction(compiled, HoistedValues(hoist))
-    return compiled
+        result = HoistedGraphFunction(compiled, HoistedValues.from_plan(hoist))
+    if warm_start.enabled(options):  # Note [Warm start]
+        parts = warm_start.CompiledParts(
+            kind, lowered, core, core_options, planned, hoist, floor_inputs, reference
+        )
+        result.warm_recipe = warm_start.recipe_for(parts, options)
+    # The core keeps `lowered` alive (its run_python_node); the tape is
+    # the recipe's now, if anyone's.
+    lowered.tape = None
+    return result
 
 
 def _fall_back(

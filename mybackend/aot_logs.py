@@ -47,6 +47,7 @@ _install_lock = threading.Lock()
 
 def structured_trace_on() -> bool:
     """torch's own test before it makes a structured-trace payload."""
+    # Imported on use: a private module of torch's, read only while compiling.
     from torch._logging._internal import trace_log
 
     return bool(trace_log.handlers)

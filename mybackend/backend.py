@@ -18,6 +18,7 @@ from torch._dynamo import exc as dynamo_exc
 from mybackend._logging import apply_env_log_settings, get_logger, warn_once
 from mybackend.aot import compile_with_aot
 from mybackend.compiled import UserGraphFallback
+from mybackend.distributed import FlattenedCall, flatten_list_input, has_nested_inputs
 from mybackend.gc_pause import collections_paused
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, publish
@@ -56,6 +57,14 @@ def mybackend_backend(
             "MYBACKEND_CACHE_DIR to a writable folder, or 'off'.",
         )
     try:
+        # Note [Graphs of compiled autograd] (mybackend/distributed.py)
+        if (
+            has_nested_inputs(example_inputs)
+            and (flat := flatten_list_input(gm, example_inputs)) is not None
+        ):
+            flat_gm, flat_inputs, empty_list = flat
+            flat_compiled = mybackend_backend(flat_gm, flat_inputs, mode, options)
+            return FlattenedCall(flat_compiled, empty_list)
         with collections_paused():  # Note [No cyclic collections while compiling]
             compiled = compile_with_aot(gm, example_inputs, parsed)
         if parsed.strict:
@@ -86,6 +95,7 @@ def register() -> None:
     "duplicate name" error, so we register only when no entry point exists
     (e.g. running from a source tree).
     """
+    # Imported on use: torch's private registry, needed once per process.
     from torch._dynamo.backends import registry
 
     if BACKEND_NAME in registry._COMPILER_FNS:

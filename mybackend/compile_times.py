@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from mybackend import _C
+from mybackend.passes.pipeline import PASS_NAMES
 
 PARTITION = "aot_autograd partition"
+WARM_STAGE = "warm start"  # a loaded graph's stage time: its IR rebuilt from the cache
 CORE_PLANNING = "mybackend core: planning (capability, partition, fusion)"
 CORE_RUNTIME = "mybackend core: runtime (executor, kernel compiles started)"
 KERNEL_WAIT = "mybackend: waiting for kernel compiles"
@@ -44,6 +46,36 @@ def timed(stage: str) -> Iterator[None]:
         elapsed = time.perf_counter() - start
         with _lock:
             _seconds[stage] += elapsed
+
+
+# Note [Compile counters]
+# How many times each compile step ran in this process, whatever it took.
+# Tests assert what a compile did by these (warm start: no trace, no
+# lowering, no plan), never by time (Note [Tests assert behaviour, never
+# time] in tests/testing.py). aot_autograd calls mybackend's compilers only
+# after it traced the graph, so AOT_COMPILES counts traced graphs as seen
+# from here.
+AOT_COMPILES = "aten graphs compiled"  # our compiler called by aot_autograd
+JOINT_PARTITIONS = "joint graphs partitioned"  # our partition_fn called
+LOWERINGS = "graphs lowered"  # the compiler's lower(): FX graph -> IR
+CORE_PLANS = "core plans"  # _C.compile: verify, capability, partition, fusion, runtime
+CORE_PLAN_LOADS = "core plans loaded"  # a saved plan, runtime stage only (needs the binding)
+WARM_SAVES = "warm start: graphs serialized"
+WARM_LOADS = "warm start: graphs loaded"
+WARM_REJECTS = "warm start: entries rejected"  # corrupt or foreign payloads
+_counts: Counter[str] = Counter()
+
+
+def count(event: str, times: int = 1) -> None:
+    """Adds to one of the process-wide compile counters (Note [Compile counters])."""
+    with _lock:
+        _counts[event] += times
+
+
+def counts() -> dict[str, int]:
+    """The compile counters so far, by event (absent: never happened)."""
+    with _lock:
+        return dict(_counts)
 
 
 def timed_graph_compile(kind: str) -> contextlib.AbstractContextManager[None]:
@@ -101,12 +133,17 @@ def breakdown(
     def record_seconds(wanted: Callable[[str], bool]) -> float:
         return sum(s for r in records for stage, s in r.stage_times if wanted(stage))
 
-    lowering = record_seconds(lambda stage: stage == "lowering")
+    # The graph passes (mybackend/passes/pipeline.py) run just before lowering.
+    lowering = record_seconds(lambda stage: stage == "lowering" or stage in PASS_NAMES)
+    # A graph loaded from the warm-start cache: its IR rebuilt (Note [Warm start]).
+    rebuilt = record_seconds(lambda stage: stage == WARM_STAGE)
     # The C++ runtime stage builds the executor and starts the generated
     # kernels' compile (NVRTC, or the disk cache), which the first run of
     # the graph waits for if it is not done (KERNEL_WAIT).
     runtime = record_seconds(lambda stage: stage == "runtime")
-    planning = record_seconds(lambda stage: stage not in ("lowering", "runtime"))
+    planning = record_seconds(
+        lambda stage: stage not in ("lowering", "runtime", WARM_STAGE) and stage not in PASS_NAMES
+    )
     stages = {
         "dynamo (bytecode tracing, guards)": max(dynamo, 0.0),
         "aot_autograd metadata": metadata,
@@ -117,6 +154,7 @@ def breakdown(
             delta(_TORCH + "backward._backward_impl") - ours_backward, 0.0
         ),
         "mybackend lowering": lowering,
+        "mybackend warm start (IR rebuilt from the cache)": rebuilt,
         CORE_PLANNING: planning,
         CORE_RUNTIME: runtime,
         "mybackend other (reports)": max(

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 
 from mybackend._logging import get_logger, warn_once
+from mybackend.eager_floor import EAGER, EagerFloor
+from mybackend.hooks.accuracy import check_partitions, warn_if_exceeded
 from mybackend.lowering import LoweredGraph
 from mybackend.options import Options
 
@@ -65,6 +67,8 @@ class CompiledGraphFunction:
         compiled: Any,  # _C.CompiledGraph
         eager: Callable[..., Any],
         options: Options,
+        floor: EagerFloor | None = None,
+        reference: Callable[..., Any] | None = None,
     ) -> None:
         self.name = name
         self._compiled = compiled
@@ -72,15 +76,19 @@ class CompiledGraphFunction:
         self._eager = eager
         self._options = options
         self._fell_back = False
+        # Note [Eager is the floor]: `reference` is the graph before mybackend's
+        # rewrites, what eager would run; the floor times it against the core.
+        self.floor = floor
+        self._reference = reference if reference is not None else eager
+        self._ran_once = False  # the first call is the core's trial (recovery window)
         self._check_accuracy = options.accuracy_check
         self.record: Any = None  # its GraphRecord, set by the compiler
+        self.warm_recipe: Any = None  # set when warm start keeps it (mybackend/warm_start.py)
         self.accuracy: list[dict[str, Any]] = []  # accuracy_check's results, per partition
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self._fell_back:
-            inputs = list(args)
-            args.clear()
-            return run_eager(self._eager, inputs)
+            return run_eager_boxed(self._eager, args)
         if self._check_accuracy:
             self._check_accuracy = False
             try:
@@ -90,6 +98,22 @@ class CompiledGraphFunction:
                     raise
                 warn_once(f"accuracy:{self.name}", f"mybackend: accuracy check of "
                           f"{self.name} failed ({type(error).__name__}: {error})")  # fmt: skip
+        floor = self.floor
+        if floor is not None and self._ran_once:
+            if floor.choice is None:
+                return floor.run(args, self._run_compiled, self._run_reference)
+            if floor.choice == EAGER:
+                return self._run_reference(args)
+        outputs = self._run_compiled(args)
+        self._ran_once = True
+        return outputs
+
+    def _run_reference(self, args: list[Any]) -> list[Any]:
+        return run_eager_boxed(self._reference, args)
+
+    def _run_compiled(self, args: list[Any]) -> list[Any]:
+        if self._fell_back:  # recovered while the floor measured
+            return run_eager_boxed(self._eager, args)
         # Note [Boxed inputs die in the graph]: `args` is the only holder here.
         count = len(args)
         args.extend(self._constants)
@@ -122,8 +146,6 @@ class CompiledGraphFunction:
         return outputs
 
     def _run_accuracy_check(self, inputs: list[Any]) -> None:
-        from mybackend.debug.accuracy import check_partitions, warn_if_exceeded
-
         gm = self._eager
         if self.record is None or self.record.core_report is None:
             return
@@ -144,6 +166,15 @@ def run_eager(graph_fn: Callable[..., Any], inputs: list[Any]) -> list[Any]:
     """Runs an FX graph module (or its forward) on a list of inputs."""
     outputs = graph_fn(*inputs)
     return list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+
+
+def run_eager_boxed(graph_fn: Callable[..., Any], args: list[Any]) -> list[Any]:
+    """run_eager with aot's boxed convention: the list is emptied before the
+    run, so that the graph alone holds its inputs (Note [Boxed inputs die in
+    the graph])."""
+    inputs = list(args)
+    args.clear()
+    return run_eager(graph_fn, inputs)
 
 
 class UserGraphFallback:
@@ -186,6 +217,4 @@ class EagerGraphFunction:
         self._gm = gm
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        inputs = list(args)
-        args.clear()
-        return run_eager(self._gm, inputs)
+        return run_eager_boxed(self._gm, args)

@@ -18,7 +18,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions
 
-from mybackend.batch_norm import batch_norm_backward, batch_norm_training
+from mybackend.ops.batch_norm import batch_norm_backward, batch_norm_training
 
 aten = torch.ops.aten
 
@@ -29,7 +29,7 @@ aten = torch.ops.aten
 # replaces core ATen's decomposition with mybackend's own (ADDED): core's is
 # ~15 nodes per batch norm (ResNet-50's backward graph doubles, 1037 -> 1938
 # nodes), which costs aot_autograd about a third of its trace and partition
-# time (docs/performance.md, "Compile time"); mybackend's keeps the op whole
+# time (docs/performance-history.md, "Compile time"); mybackend's keeps the op whole
 # outside CUDA channels-last training and is one reduction and a few
 # elementwise nodes inside it.
 KEPT_WHOLE: tuple[str, ...] = (

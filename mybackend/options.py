@@ -161,12 +161,39 @@ class Options:
     max_cuda_graphs: int = _field(
         8, "Most input signatures one compiled graph captures; later ones run uncaptured."
     )
+    launch_tuning: tuple[tuple[str, int], ...] = _field(
+        (),
+        "Launch parameters of generated kernels, as a dict of knob to value (e.g. "
+        "{'pw_block': 256, 'norm_vec_per_thread': 2}): pw_block, pw_vec_per_thread, "
+        "pw_blocks_per_sm, pw_coalesce_dims, norm_block, norm_vec_per_thread, "
+        "norm_blocks_per_sm, norm_wide_warps_per_sm, softmax_block, softmax_blocks_per_sm, "
+        "bn_row_unroll, bn_blocks_per_sm, bn_chunk_passes, bn_min_blocks, bn_max_lanes. A "
+        "knob not given takes its MYBACKEND_<KNOB> environment variable, else its default "
+        "(Note [Launch tuning knobs]). For sweeps on a GPU; part of each kernel's cache key.",
+        True,
+    )
     autotune: bool = _field(
         False,
         "Pick library algorithms by timing instead of by heuristic: each cuBLASLt product "
         "times the heuristic's top candidates once per shape, on its first run outside a "
         "CUDA-graph capture, and keeps the fastest (mode 'max-autotune' turns it on).",
         True,
+    )
+    eager_floor: bool = _field(
+        True,
+        "Time each compiled CUDA graph against its ATen graph run eagerly on its first calls "
+        "(alternating, about 16 calls) and run the faster from then on, so that a compiled "
+        "graph is never slower than eager; the choice is kept in the kernel cache folder "
+        "for later processes (docs/design/0010-eager-floor.md).",
+    )
+    warm_start: bool = _field(
+        False,
+        "Keep each compiled graph (the lowered IR, options and core settings) in torch's "
+        "AOTAutograd cache (TORCHINDUCTOR_CACHE_DIR), so that a new process running the same "
+        "model skips aot_autograd's trace and mybackend's lowering; any change of graph, input "
+        "metadata, options, torch, mybackend or device misses. Off with dump_dir, "
+        "accuracy_check or background_compile, which need the compile itself "
+        "(docs/warm-start.md).",
     )
     dump_dir: str | None = _field(
         None,
@@ -228,6 +255,11 @@ class Options:
             return ""
         return os.path.abspath(os.path.expanduser(self.kernel_cache_dir))
 
+    def cache_root(self) -> str | None:
+        """The folder the kernel cache (and the eager floor's choices) use, as
+        the core resolves it, or None without a disk cache."""
+        return _C.kernel_cache_root(self.kernel_cache_location())
+
     def kernel_cache_problem(self) -> str | None:
         """Why the disk cache the user chose (this option, else
         MYBACKEND_CACHE_DIR) is unusable, or None. The core then keeps
@@ -281,6 +313,7 @@ class Options:
             "disabled_op_classes": list(self.disabled_op_classes),
             "min_partition_size": self.min_partition_size,
             "allow_single_node_partition": self.allow_single_node_partition,
+            "launch_tuning": dict(self.launch_tuning),
         }
 
 
@@ -318,6 +351,7 @@ _TYPE_WORDS = {
     "int": "int >= 1",
     "tuple[str, ...]": "tuple[str, ...] (a list or tuple of names)",
     "str | None": "str | None",
+    "tuple[tuple[str, int], ...]": "dict[str, int] (launch tuning knob -> value)",
 }
 _MAX_SUGGESTIONS = 6  # a bare "add" has more overloads than a message should list
 
@@ -343,6 +377,8 @@ def _validated(key: object, value: Any) -> Any:
             f"mybackend: option {key!r} takes {_TYPE_WORDS.get(expected, expected)}, "
             f"got {type(value).__name__} {value!r}{one}"
         )
+    if expected == "tuple[tuple[str, int], ...]":
+        value = tuple(sorted(dict(value).items()))
     check = _ITEM_CHECKS.get(key)
     if check is not None:
         for item in value:
@@ -361,7 +397,20 @@ def _matches(expected: Any, value: Any) -> bool:
         return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
     if expected == "str | None":
         return value is None or isinstance(value, str)
+    if expected == "tuple[tuple[str, int], ...]":
+        pairs = list(value.items()) if isinstance(value, Mapping) else value
+        return isinstance(pairs, (list, tuple)) and all(_is_knob_pair(p) for p in pairs)
     raise AssertionError(f"Options field type {expected} has no validator")
+
+
+def _is_knob_pair(pair: Any) -> bool:
+    return (
+        isinstance(pair, (list, tuple))
+        and len(pair) == 2
+        and isinstance(pair[0], str)
+        and isinstance(pair[1], int)
+        and not isinstance(pair[1], bool)
+    )
 
 
 def _did_you_mean(names: Sequence[str]) -> str:
@@ -421,7 +470,15 @@ def _nearest_ops(name: str, known: frozenset[str]) -> list[str]:
 
 
 # Checks of each element of the options whose values are names.
-_ITEM_CHECKS: dict[str, Callable[[str], None]] = {
+def _check_launch_knob(item: Any) -> None:
+    knob, value = item
+    problem = _C.launch_tuning_problem(knob, value)
+    if problem is not None:
+        raise ValueError(f"mybackend: option 'launch_tuning': {problem}")
+
+
+_ITEM_CHECKS: dict[str, Callable[[Any], None]] = {
     "disabled_ops": _check_op,
     "disabled_op_classes": _check_op_class,
+    "launch_tuning": _check_launch_knob,
 }

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import mybackend.batch_norm  # noqa: F401  (registers the ops)
+import mybackend.ops.batch_norm  # noqa: F401  (registers the ops)
 from benchmarks.report import markdown_table
 from mybackend import _C
 from mybackend.lowering import lower

@@ -1,12 +1,11 @@
-"""Debugging tools, one idea per module (docs/debugging.md):
+"""Debugging tools users call, one idea per module (docs/debugging.md);
+with mybackend.explain they sit above aot.py, and the hooks the pipeline
+calls (dumps, reproducer writing, tracing, accuracy checks, background
+compiles) below it, in mybackend/hooks/:
 
 - ``partition_map``: the graph drawn with partitions coloured (DOT/SVG),
 - ``html``: the explain report as HTML for Jupyter,
-- ``dumps``: per-stage dumps (dump_dir / MYBACKEND_DUMP_DIR),
-- ``repro``: standalone reproducers of compile failures,
-- ``accuracy``: accuracy_check, each partition against eager ATen,
-- ``background``: background_compile, compiling on a worker thread,
-- ``tracing``: TORCH_LOGS and TORCH_TRACE (tlparse) integration.
+- ``repro``: what a reproducer script runs to compile its graph again.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections import Counter
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from mybackend.reports import GraphRecord
+from mybackend.reports import GraphRecord, fallbacks_of, graph_accuracy, graph_stats, kernel_source
 
 if TYPE_CHECKING:
     from mybackend.explain import ExplainReport
@@ -45,8 +45,6 @@ def report_html(report: ExplainReport) -> str:
 
 def graph_html(record: GraphRecord) -> str:
     """The section of one graph."""
-    from mybackend.explain import graph_accuracy, graph_stats
-
     parts = [f"<h4>{escape(record.name)} ({escape(record.kind)})</h4>"]
     times = ", ".join(f"{s} {t * 1e3:.2f} ms" for s, t in record.stage_times)
     if times:
@@ -68,8 +66,6 @@ def graph_html(record: GraphRecord) -> str:
 
 
 def _partitions_table(report: dict[str, Any]) -> str:
-    from mybackend.debug.dumps import kernel_source
-
     nodes = report["nodes"]
     rows = []
     for index, members in enumerate(report["partitions"]):
@@ -90,8 +86,6 @@ def _partitions_table(report: dict[str, Any]) -> str:
 
 
 def _fallbacks_table(record: GraphRecord) -> str:
-    from mybackend.explain import fallbacks_of
-
     fallbacks = fallbacks_of(record)
     if not fallbacks:
         return "<p>every node runs in a partition</p>"

@@ -1,9 +1,8 @@
 """The partition map: a graph drawn with the core's partitions coloured.
 
-Every FX node of an ATen graph becomes a DOT node; the nodes of partition
-``i`` sit in a filled cluster labelled with the kernel kinds it became, and
-nodes that run outside partitions are drawn red with their reason as the
-tooltip. ``PartitionMap.dot`` is always available; ``svg()`` renders it with
+Its DOT text comes from partition_dot in mybackend/reports.py (every FX node a
+DOT node, one filled cluster per partition, fallbacks red with their
+reason). ``PartitionMap.dot`` is always available; ``svg()`` renders it with
 the ``graphviz`` Python package or, failing that, the ``dot`` binary.
 In Jupyter the map shows inline (SVG when it can render, DOT text otherwise).
 """
@@ -14,21 +13,8 @@ import dataclasses
 import html
 import shutil
 import subprocess
-from typing import Any
 
-import torch.fx
-
-from mybackend.reports import GraphRecord
-
-PALETTE = (
-    "#cfe8fc", "#d5f5d5", "#fde9c8", "#e8dcfb", "#fbd9e8",
-    "#d9f3f0", "#f3f0c8", "#e0e0f8", "#f8e0d0", "#dcefdc",
-)  # fmt: skip
-FALLBACK_COLOUR = "#f4a6a6"
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+from mybackend.reports import GraphRecord, partition_dot
 
 
 class RenderError(RuntimeError):
@@ -37,7 +23,7 @@ class RenderError(RuntimeError):
 
 def render_svg(dot: str) -> str:
     """Renders DOT text to SVG; raises RenderError when graphviz is missing."""
-    try:
+    try:  # an optional dependency: the `dot` binary serves without it
         import graphviz
 
         return str(graphviz.Source(dot).pipe(format="svg", encoding="utf-8"))
@@ -90,68 +76,4 @@ class PartitionMap:
 
 def partition_map(record: GraphRecord) -> PartitionMap:
     """The partition map of one compiled graph (see the module docstring)."""
-    report = record.core_report
-    if report is None:
-        raise ValueError(
-            f"{record.name} was not compiled ({record.fallback_reason}): no partitions"
-        )
-    dropped = dict(report["dropped"])
-    by_name = {
-        n["name"]: {**n, "reason": dropped.get(n["id"], n["reason"])} for n in report["nodes"]
-    }
-    kinds: dict[int, set[str]] = {}
-    for kernel in report["kernels"]:
-        kinds.setdefault(kernel["partition"], set()).add(kernel["kind"])
-    lines = [
-        f"digraph {_quote(record.name)} {{",
-        "  rankdir=TB;",
-        '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="Helvetica", '
-        "fontsize=10];",
-    ]
-    fx_nodes = list(record.gm.graph.nodes) if record.gm is not None else []
-    names = [n.name for n in fx_nodes] or list(by_name)
-    for index, members in enumerate(report["partitions"]):
-        lines.extend(_cluster(index, members, report, sorted(kinds.get(index, ()))))
-    for name in names:
-        if name in by_name and by_name[name]["partition"] >= 0:
-            continue  # drawn in its cluster
-        lines.append("  " + _outside_node(name, by_name.get(name), fx_nodes))
-    for node in fx_nodes:
-        for user in node.users:
-            lines.append(f"  {_quote(node.name)} -> {_quote(user.name)};")
-    lines.append("}")
-    return PartitionMap(record.name, "\n".join(lines) + "\n")
-
-
-def _cluster(index: int, members: list[int], report: dict[str, Any], kinds: list[str]) -> list[str]:
-    colour = PALETTE[index % len(PALETTE)]
-    label = f"partition {index}: {', '.join(kinds) or 'no kernels'}"
-    lines = [
-        f"  subgraph cluster_p{index} {{",
-        f'    label={_quote(label)}; style="rounded,filled"; fillcolor="{colour}"; '
-        'color="#666666"; fontsize=10;',
-    ]
-    for member in members:
-        node = report["nodes"][member]
-        text = f"{node['name']}\n{node['op']}"
-        tooltip = node["source"] or node["op"]
-        lines.append(
-            f'    {_quote(node["name"])} [label={_quote(text)}, fillcolor="{colour}", '
-            f"tooltip={_quote(tooltip)}];"
-        )
-    lines.append("  }")
-    return lines
-
-
-def _outside_node(name: str, node: dict[str, Any] | None, fx_nodes: list[torch.fx.Node]) -> str:
-    if node is not None:  # an IR node the core did not claim: a fallback
-        text = f"{name}\n{node['op']}\nfallback: {node['reason']}"
-        tooltip = node["reason"] + (f" [{node['source']}]" if node["source"] else "")
-        return (
-            f'{_quote(name)} [label={_quote(text)}, fillcolor="{FALLBACK_COLOUR}", '
-            f'color="#c00000", penwidth=2, tooltip={_quote(tooltip)}];'
-        )
-    op = next((n.op for n in fx_nodes if n.name == name), "")
-    shape = {"placeholder": "ellipse", "output": "doubleoctagon", "get_attr": "ellipse"}
-    style = 'style="filled", fillcolor="#eeeeee"' if op in shape else ""
-    return f"{_quote(name)} [shape={shape.get(op, 'box')}, {style or 'style=rounded'}];"
+    return PartitionMap(record.name, partition_dot(record))

@@ -18,14 +18,14 @@ from typing import Any
 import torch
 import torch.fx
 
-from mybackend import _C
 from mybackend.lowering.arguments import (
     MultiValue,
     UnsupportedArgument,
     convert_argument,
+    ir_op_name,
     schema_ordered,
 )
-from mybackend.lowering.layout_contracts import ir_op_name
+from mybackend.lowering.graph_tape import GraphTape, RecordingGraphBuilder
 from mybackend.lowering.python_nodes import PythonNode
 from mybackend.lowering.tensor_meta import output_specs, value_spec
 
@@ -48,6 +48,9 @@ class LoweredGraph:
     graph: Any  # _C.Graph
     constants: list[torch.Tensor]  # appended to every call's inputs
     python_nodes: dict[int, PythonNode]  # IR node id -> its Python callable
+    # The builder calls that made `graph` (Note [Graph tapes]): warm start
+    # keeps them to build the graph again in another process.
+    tape: GraphTape | None = None
 
     def run_python_node(self, node_id: int, inputs: list[Any]) -> list[Any]:
         return self.python_nodes[node_id](inputs)
@@ -79,7 +82,7 @@ class _Lowerer:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
         self.gm = gm
         self.example_inputs = list(example_inputs)
-        self.builder = _C.GraphBuilder()
+        self.builder = RecordingGraphBuilder()  # Note [Graph tapes]
         self.env: dict[torch.fx.Node, Any] = {}  # FX node -> ("v", id), a MultiValue, or None
         self.constants: list[tuple[torch.fx.Node, torch.Tensor]] = []
         self.python_nodes: dict[int, PythonNode] = {}
@@ -101,7 +104,12 @@ class _Lowerer:
                 self.builder.set_outputs([self._output(a) for a in _flat_outputs(node.args[0])])
             elif node.op not in ("placeholder", "get_attr"):
                 raise LoweringError(f"node {node.name}: {node.op} nodes are not lowered")
-        return LoweredGraph(self.builder.build(), [t for _, t in self.constants], self.python_nodes)
+        return LoweredGraph(
+            self.builder.build(),
+            [t for _, t in self.constants],
+            self.python_nodes,
+            self.builder.tape,
+        )
 
     def _input(self, node: torch.fx.Node, value: Any) -> None:
         self.env[node] = ("v", self.builder.add_input(value_spec(value, node.name)))

@@ -67,3 +67,10 @@ def schema_ordered(node: torch.fx.Node) -> list[Any]:
         else:
             raise UnsupportedArgument(f"missing argument {argument.name!r} of {schema.name}")
     return ordered
+
+
+def ir_op_name(op: torch._ops.OpOverload) -> str:
+    """The IR's (and the registry's) name of an overload: 'aten::add.Tensor'."""
+    namespace, rest = op.name().split("::", 1)
+    name, _, overload = rest.partition(".")
+    return f"{namespace}::{name}.{overload or 'default'}"

@@ -3,13 +3,12 @@
 #include "bindings/bindings.h"
 #include "common/error.h"
 #include "fusion/pointwise_lowering.h"
+#include "pipeline/environment.h"
 #include "pipeline/pipeline.h"
-#include "runtime/background_compile.h"
-#include "runtime/generated_kernel.h"
+#include "runtime/generated/background_compile.h"
+#include "runtime/generated/generated_kernel.h"
 #include "runtime/input_versions.h"
-#ifdef MYBACKEND_WITH_CUDA
-#include "codegen/emit.h"
-#endif
+#include "runtime/kernel_kinds.h"
 
 namespace mybackend::bindings {
 
@@ -33,14 +32,17 @@ CompileOptions compile_options_from(const py::dict& options) {
                                       "max_cuda_graphs",    "generated_kernels",
                                       "min_fused_nodes",    "kernel_cache_dir",
                                       "cublaslt",           "autotune",
-                                      "cudnn_attention",    "cudnn"};
+                                      "cudnn_attention",    "cudnn",
+                                      "launch_tuning"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
     for (const char* k : kKeys) known = known || key == k;
     MB_CHECK(known, "unknown core option '", key, "'");
   }
-  CompileOptions out;
+  // The environment's knobs first (Note [Options from the environment]);
+  // the caller's options override them.
+  CompileOptions out = options_from_environment();
   out.capability = capability_options_from(options);
   if (options.contains("min_partition_size")) {
     out.partitioner.min_partition_size = options["min_partition_size"].cast<int>();
@@ -63,15 +65,23 @@ CompileOptions compile_options_from(const py::dict& options) {
   // None (or absent): the environment decides; "": memory only; else a path.
   if (options.contains("kernel_cache_dir") && !options["kernel_cache_dir"].is_none()) {
     const auto dir = options["kernel_cache_dir"].cast<std::string>();
-    out.kernel_cache.kind =
+    out.codegen.cache.kind =
         dir.empty() ? KernelCacheLocation::Kind::Off : KernelCacheLocation::Kind::Directory;
-    out.kernel_cache.directory = dir;
+    out.codegen.cache.directory = dir;
   }
   if (options.contains("cublaslt")) out.fusion.matmul = options["cublaslt"].cast<bool>();
   if (options.contains("autotune")) out.fusion.autotune = options["autotune"].cast<bool>();
   if (options.contains("cudnn_attention"))
     out.fusion.attention_beyond_cudnn_ops = options["cudnn_attention"].cast<bool>();
   if (options.contains("cudnn")) out.fusion.conv = options["cudnn"].cast<bool>();
+  // Knob name -> value; the knobs it names override the environment's.
+  if (options.contains("launch_tuning")) {
+    for (auto item : options["launch_tuning"].cast<py::dict>()) {
+      const std::string problem = set_launch_knob(out.fusion.tuning, item.first.cast<std::string>(),
+                                                  item.second.cast<int>());
+      MB_CHECK(problem.empty(), problem);
+    }
+  }
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }
@@ -121,29 +131,6 @@ py::list node_reports(const Graph& graph, const CompileReport& report) {
     nodes.append(entry);
   }
   return nodes;
-}
-
-// The CUDA C++ of a generated group (what NVRTC compiles), for explain();
-// empty for groups that run as ATen calls.
-std::string generated_source(const KernelGroup& group) {
-#ifdef MYBACKEND_WITH_CUDA
-  try {
-    if (group.kind == KernelKind::Pointwise && group.pointwise)
-      return emit_pointwise(group.pointwise->spec).source;
-    if (group.kind == KernelKind::Reduction && group.reduction)
-      return emit_reduction(group.reduction->spec).source;
-    if (group.kind == KernelKind::Norm && group.norm) return emit_norm(group.norm->spec).source;
-    if (group.kind == KernelKind::CastGroup && group.casts)
-      return emit_cast_group(group.casts->spec).source;
-    if (group.kind == KernelKind::Pool && group.pool) return emit_pool(group.pool->spec).source;
-    return {};
-  } catch (const std::exception& e) {
-    return std::string("(source unavailable: ") + e.what() + ")";
-  }
-#else
-  (void)group;
-  return {};
-#endif
 }
 
 // Note [Memory plan] in runtime/memory_plan.h: the figures explain() shows.
@@ -208,27 +195,7 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
   out["cuda_graph_replays"] = compiled.cuda_graphs().replays();
   out["cuda_graph_input_bytes_copied"] = compiled.cuda_graphs().input_bytes_copied();
   out["cuda_graph_output_bytes_moved"] = compiled.cuda_graphs().output_bytes_moved();
-  out["calls"] = stats.calls;
-  out["kernel_groups_run"] = stats.kernel_groups_run;
-  out["nodes_run_in_partitions"] = stats.nodes_run_in_partitions;
-  out["nodes_run_as_aten_fallback"] = stats.nodes_run_as_aten_fallback;
-  out["nodes_run_as_builtin"] = stats.nodes_run_as_builtin;
-  out["nodes_run_in_python"] = stats.nodes_run_in_python;
-  out["generated_kernels_run"] = stats.generated_kernels_run;
-  out["generated_pointwise_run"] = stats.generated_pointwise_run;
-  out["generated_reductions_run"] = stats.generated_reductions_run;
-  out["generated_norms_run"] = stats.generated_norms_run;
-  out["generated_cast_groups_run"] = stats.generated_cast_groups_run;
-  out["generated_pools_run"] = stats.generated_pools_run;
-  out["generated_kernel_fallbacks"] = stats.generated_kernel_fallbacks;
-  out["matmul_groups_run"] = stats.matmul_groups_run;
-  out["matmul_fallbacks"] = stats.matmul_fallbacks;
-  out["attention_groups_run"] = stats.attention_groups_run;
-  out["attention_fallbacks"] = stats.attention_fallbacks;
-  out["conv_groups_run"] = stats.conv_groups_run;
-  out["conv_fallbacks"] = stats.conv_fallbacks;
-  out["planned_outputs_taken"] = stats.planned_outputs_taken;
-  out["planned_outputs_missed"] = stats.planned_outputs_missed;
+  for (const auto& [name, count] : stats.named()) out[name.c_str()] = count;
   return out;
 }
 
@@ -334,11 +301,28 @@ void bind_compile(py::module_& m) {
       "Counters of the process's generated-kernel cache: memory and disk hits, compiles, "
       "their NVRTC time, and the time runs waited for background compiles.");
   m.def(
-      "kernel_cache_problem",
-      [](const std::string& root) { return kernel_cache_problem(root); },
+      "kernel_cache_problem", [](const std::string& root) { return kernel_cache_problem(root); },
       py::arg("root"),
       "None when the disk cache under `root` is usable (its kernels/ folder created if "
       "missing), else why the core would keep kernels in memory only.");
+  m.def(
+      "kernel_cache_root",
+      [](const std::optional<std::string>& directory) { return kernel_cache_root(directory); },
+      py::arg("directory"),
+      "The disk cache's root folder as the core resolves it (the kernel_cache_dir option "
+      "when not None; '' turns the disk cache off), or None without one. Other caches, such "
+      "as the eager floor's choices, live beside the kernels/ folder under it.");
+  m.def(
+      "launch_tuning_problem",
+      [](const std::string& knob, int value) -> std::optional<std::string> {
+        LaunchTuning tuning;
+        std::string problem = set_launch_knob(tuning, knob, value);
+        if (problem.empty()) return std::nullopt;
+        return problem;
+      },
+      py::arg("knob"), py::arg("value"),
+      "None when the launch_tuning option may set `knob` to `value`, else why not (an "
+      "unknown knob, or a value it does not take).");
   m.def(
       "wait_for_background_compiles",
       [] {
@@ -362,7 +346,7 @@ void bind_compile(py::module_& m) {
         return compiled;
       },
       py::arg("graph"), py::arg("options") = py::dict(), py::arg("python_fallback") = py::none(),
-      "Run the C++ stages (verify, capability, partition, fusion, runtime) on a graph.");
+      "Run the C++ stages (verify, capability, partition, fusion, codegen, runtime) on a graph.");
 }
 
 }  // namespace mybackend::bindings

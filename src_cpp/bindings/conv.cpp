@@ -1,6 +1,6 @@
 // The convolution engine's Python surface: its plan-cache counters.
 #include "bindings/bindings.h"
-#include "runtime/conv_group.h"
+#include "runtime/libraries/conv_group.h"
 
 namespace mybackend::bindings {
 

@@ -5,8 +5,8 @@
 
 #include "bindings/bindings.h"
 #include "common/error.h"
-#include "runtime/attention_group.h"
-#include "runtime/matmul_group.h"
+#include "runtime/libraries/attention_group.h"
+#include "runtime/libraries/matmul_group.h"
 #ifdef MYBACKEND_WITH_CUDA
 #include "libs/cublaslt_gemm.h"
 #endif

@@ -24,7 +24,7 @@ void register_normalization_ops(CapabilityRegistry& registry) {
        {"aten::native_group_norm.default", "aten::native_group_norm_backward.default"}) {
     registry.add(op, OpClass::Normalization, floating, LayoutContract::TracedStrides);
   }
-  // mybackend/cross_entropy.py: class logits, int64 targets, fp32 rows.
+  // mybackend/ops/cross_entropy.py: class logits, int64 targets, fp32 rows.
   auto cross_entropy =
       predicates::all_of({predicates::tensors_with_dtypes(
                               {DType::Float16, DType::BFloat16, DType::Float32, DType::Int64}),
@@ -33,7 +33,7 @@ void register_normalization_ops(CapabilityRegistry& registry) {
        {"mybackend::cross_entropy_forward.default", "mybackend::cross_entropy_backward.default"}) {
     registry.add(op, OpClass::Normalization, cross_entropy);
   }
-  // mybackend/batch_norm.py: channels-last activations, fp32 per-channel results.
+  // mybackend/ops/batch_norm.py: channels-last activations, fp32 per-channel results.
   auto batch_norm = predicates::all_of(
       {predicates::tensors_with_dtypes({DType::Float16, DType::BFloat16, DType::Float32}),
        predicates::max_rank(8)});

@@ -32,7 +32,7 @@ enum class OpClass : std::int8_t {
 std::string_view op_class_name(OpClass op_class);
 
 // Note [Layout contracts]
-// The layout plan (mybackend/lowering/layout.py) and the padding of matrix
+// The layout plan (mybackend/passes/layout.py) and the padding of matrix
 // products hand ops tensors in strides they were not traced with
 // (channels-last activations, padded rows). FakeTensor propagation cannot
 // tell whether a kernel accepts them: meta functions accept any strides,

@@ -14,7 +14,7 @@ const std::vector<SourceFile>& device_sources() {
   return sources;
 }
 
-CompileRequest compile_request(const EmittedKernel& kernel, const CompileOptions& options) {
+CompileRequest compile_request(const EmittedKernel& kernel, const NvrtcOptions& options) {
   CompileRequest request;
   request.name =
       (kernel.entries.empty() ? std::string("mb_kernel") : kernel.entries[0].name) + ".cu";

@@ -13,6 +13,6 @@ namespace mybackend {
 // Every embedded header, in the fixed order sources.cmake lists them.
 const std::vector<SourceFile>& device_sources();
 
-CompileRequest compile_request(const EmittedKernel& kernel, const CompileOptions& options);
+CompileRequest compile_request(const EmittedKernel& kernel, const NvrtcOptions& options);
 
 }  // namespace mybackend

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/kernel_spec.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 

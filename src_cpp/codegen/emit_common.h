@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "codegen/emit.h"
-#include "codegen/kernel_spec.h"
+#include "spec/hexfloat.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend::emit {
 
@@ -21,7 +22,7 @@ std::string_view index_type(bool index64);
 
 // An exact C++ literal: hex floats for finite floating values, so that the
 // value in the kernel is bit-for-bit the one in the spec.
-std::string hexfloat(double value);
+using mybackend::hexfloat;  // spec/hexfloat.h: the spec printer writes the same text
 std::string literal(DType dtype, double f, std::int64_t i);
 // `expr`, a value of dtype `from` in its compute type, as a value of `to`.
 std::string cast_expr(DType from, DType to, const std::string& expr);

@@ -109,7 +109,7 @@ Names names_of(const NormSpec& spec) {
   // 8 bytes to bf16's 16); their fp32 results are per channel.
   if (is_batch_norm(spec.kind)) dtypes = {spec.dtype};
   n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
-  n.chunks = launch_tuning().norm_vec_per_thread;
+  n.chunks = spec.tuning.norm_vec_per_thread;
   return n;
 }
 
@@ -336,10 +336,10 @@ std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& part
     totals.float64("eps");
   }
   partials.abi.elements_per_thread = n.vec;
-  partials.min_blocks = launch_tuning().bn_min_blocks;
+  partials.min_blocks = spec.tuning.bn_min_blocks;
   const std::string vec = std::to_string(n.vec);
-  const std::string unroll = std::to_string(launch_tuning().bn_row_unroll);
-  const std::string lanes = std::to_string(launch_tuning().bn_max_lanes);
+  const std::string unroll = std::to_string(spec.tuning.bn_row_unroll);
+  const std::string lanes = std::to_string(spec.tuning.bn_max_lanes);
   return partials.write(std::string(stats ? "mb::batch_norm_stats_partials<"
                                           : "mb::batch_norm_backward_partials<") +
                         n.t + ", I, " + vec + ", " + unroll + ", " + lanes + ">") +

@@ -76,7 +76,7 @@ Layout layout_of(const PointwiseSpec& spec) {
     layout.vec = emit::vector_width(dtypes);
     layout.strided_vectors = layout.vec > 1;
   }
-  if (layout.vec > 1) layout.unroll = launch_tuning().pw_vec_per_thread;
+  if (layout.vec > 1) layout.unroll = spec.tuning.pw_vec_per_thread;
   std::vector<DType> stored;
   for (const auto& o : spec.outputs) stored.push_back(o.tensor.dtype);
   layout.approx_math = emit::approx_math_level(stored);

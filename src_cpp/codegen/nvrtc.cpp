@@ -42,7 +42,7 @@ std::string GpuTarget::name() const {
   return (cubin ? "sm_" : "compute_") + std::to_string(arch) + (arch_specific ? "a" : "");
 }
 
-std::vector<std::string> CompileOptions::to_strings() const {
+std::vector<std::string> NvrtcOptions::to_strings() const {
   std::vector<std::string> out = {"--gpu-architecture=" + target.name(), "-default-device",
                                   "-std=c++17"};
   if (lineinfo) out.push_back("-lineinfo");

@@ -25,7 +25,7 @@ struct GpuTarget {
   std::string name() const;
 };
 
-struct CompileOptions {
+struct NvrtcOptions {
   GpuTarget target;
   bool lineinfo = false;
   // Off by default: IEEE division, sqrt and denormals keep results equal to
@@ -47,7 +47,7 @@ struct CompileRequest {
   std::string name;  // the program's name in logs, e.g. "mb_pointwise_0123abcd.cu"
   std::string source;
   std::vector<SourceFile> headers;
-  CompileOptions options;
+  NvrtcOptions options;
 };
 
 enum class ImageKind : std::int8_t { Ptx, Cubin };

@@ -1,14 +1,11 @@
 # Stage 8a: CUDA C++ code generation. Built into mybackend_codegen only when
 # CUDA is enabled (see src_cpp/CMakeLists.txt): NVRTC, no torch.
 #
-# The specs, their validator and printer (and emit_common, which the printer
-# uses for exact literals) need neither NVRTC nor torch: they are in the core
-# library, because the fusion planner (stage 7, core) builds and prints specs
-# in every build, CPU-only ones included.
+# The specs themselves are in spec/. emit_common (KernelParam's sizes) and
+# the launch tuning need neither NVRTC nor torch: they are in the core
+# library, because the fusion planner (stage 7, core) reads the tuning in
+# every build, CPU-only ones included.
 list(APPEND CORE_SOURCES
-  codegen/kernel_spec.cpp
-  codegen/pointwise_ops.cpp
-  codegen/spec_validate.cpp
   codegen/emit_common.cpp
   codegen/launch_tuning.cpp)
 list(APPEND CODEGEN_SOURCES

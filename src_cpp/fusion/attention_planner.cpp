@@ -6,9 +6,9 @@
 #include <set>
 #include <utility>
 
-#include "fusion/attention_spec.h"
 #include "fusion/gradient_stack.h"
 #include "fusion/ir_match.h"
+#include "spec/attention_spec.h"
 
 namespace mybackend {
 namespace {

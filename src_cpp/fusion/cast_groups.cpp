@@ -4,10 +4,10 @@
 #include <map>
 #include <utility>
 
-#include "codegen/launch_tuning.h"
 #include "common/error.h"
 #include "fusion/ir_match.h"
 #include "fusion/pointwise_planner.h"
+#include "spec/launch_tuning.h"
 
 namespace mybackend {
 
@@ -88,7 +88,8 @@ std::vector<std::vector<int>> independent_cast_sets(const std::vector<std::set<i
 std::shared_ptr<const CastGroup> build_cast_group(
     const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& singles) {
   auto group = std::make_shared<CastGroup>();
-  group->spec.threads = launch_tuning().pw_block;  // Note [Launch tuning knobs]
+  // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).
+  group->spec.threads = LaunchTuning{}.pw_block;
   for (const auto& single : singles) {
     const CastPair pair{graph.value(single->inputs[0]).tensor.dtype,
                         graph.value(single->outputs[0]).tensor.dtype};

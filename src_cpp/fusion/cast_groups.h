@@ -50,7 +50,7 @@
 // one kernel serves any number of tensors of any sizes (Note [Specs hold
 // no sizes]), and reports show the group as what it is.
 //
-// At run time (runtime/cast_group_kernel.cpp) a member whose actual input is
+// At run time (runtime/generated/cast_group_kernel.cpp) a member whose actual input is
 // not contiguous, or not of the planned shape, runs its own one-cast
 // pointwise kernel (CastGroup::singles) for that call, as a pointwise group
 // takes its general variant; a wrong dtype or device sends the whole group

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "fusion/claimed_groups.h"
-#include "fusion/conv_spec.h"
 #include "fusion/graph_index.h"
+#include "spec/conv_spec.h"
 
 namespace mybackend {
 

@@ -11,23 +11,9 @@
 #include "fusion/pointwise_planner.h"
 #include "fusion/pool_planner.h"
 #include "fusion/reduction_planner.h"
+#include "fusion/tuned_specs.h"
 
 namespace mybackend {
-
-std::string_view kernel_kind_name(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::AtenSequence: return "aten_sequence";
-    case KernelKind::Pointwise: return "pointwise";
-    case KernelKind::Reduction: return "reduction";
-    case KernelKind::Norm: return "norm";
-    case KernelKind::Matmul: return "matmul";
-    case KernelKind::Attention: return "attention";
-    case KernelKind::Conv: return "conv";
-    case KernelKind::CastGroup: return "cast_group";
-    case KernelKind::Pool: return "pool";
-  }
-  return "unknown";
-}
 
 std::string FusionPlan::to_string() const {
   std::ostringstream out;
@@ -111,6 +97,7 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     }
     plan.partitions.push_back(std::move(partition_plan));
   }
+  apply_launch_tuning(plan, options.tuning);  // Note [Tuning in the specs]
   return plan;
 }
 

@@ -32,27 +32,14 @@
 #include <vector>
 
 #include "capability/registry.h"
-#include "codegen/kernel_spec.h"
-#include "fusion/attention_spec.h"
-#include "fusion/conv_spec.h"
-#include "fusion/matmul_spec.h"
 #include "partition/partitioner.h"
+#include "spec/attention_spec.h"
+#include "spec/conv_spec.h"
+#include "spec/kernel_kind.h"
+#include "spec/kernel_spec.h"
+#include "spec/matmul_spec.h"
 
 namespace mybackend {
-
-enum class KernelKind : std::int8_t {
-  AtenSequence,
-  Pointwise,
-  Reduction,
-  Norm,
-  Matmul,
-  Attention,
-  Conv,
-  CastGroup,  // Note [Grouped casts] in cast_groups.h
-  Pool        // Note [Pool groups] in pool_planner.h
-};
-
-std::string_view kernel_kind_name(KernelKind kind);
 
 // What the runtime needs to launch a generated pointwise group.
 //
@@ -193,6 +180,9 @@ struct FusionOptions {
   // Convolutions (forward with bias / inference batch norm / residual / relu
   // epilogues, and backward) of CUDA partitions as cuDNN graphs (option cudnn).
   bool conv = true;
+  // Launch parameters of generated kernels, copied into their specs (Note
+  // [Tuning in the specs] in tuned_specs.h).
+  LaunchTuning tuning;
 };
 
 FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,

@@ -5,8 +5,8 @@
 #include <functional>
 #include <set>
 
-#include "fusion/attention_spec.h"
 #include "fusion/graph_index.h"
+#include "spec/attention_spec.h"
 
 namespace mybackend {
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "codegen/launch_tuning.h"
 #include "fusion/ir_match.h"
 #include "fusion/pointwise_planner.h"
 #include "fusion/reduction_lowering.h"
+#include "spec/launch_tuning.h"
 
 namespace mybackend {
 namespace {
@@ -36,8 +36,8 @@ std::string tensor_problem(const TensorType& t, const Device& device, const std:
 std::string finish(NormGroup& g, const std::vector<NodeId>& nodes, NormMatch* out) {
   g.spec.aligned = true;
   g.spec.index64 = false;
-  // Note [Launch tuning knobs]
-  g.spec.threads = launch_tuning().row_block(is_softmax_forward(g.spec.kind));
+  // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).
+  g.spec.threads = LaunchTuning{}.row_block(is_softmax_forward(g.spec.kind));
   g.general = g.spec;
   g.general.aligned = false;
   g.general.index64 = true;
@@ -92,7 +92,7 @@ std::string match_softmax(const Graph& graph, const Node& node, NormMatch* out) 
 // mybackend::cross_entropy_forward(x, target, ignore_index) -> (loss, lse)
 // mybackend::cross_entropy_backward(grad_loss, x, target, lse, ignore_index[, pad])
 //   -> grad_in [rows, classes + pad]
-// (mybackend/cross_entropy.py). x is [rows, classes] with unit column
+// (mybackend/ops/cross_entropy.py). x is [rows, classes] with unit column
 // stride; any row stride (Note [Rows of any alignment]). The gradient's
 // rows end in `pad` zeros (Note [Padded cross-entropy gradient]).
 std::string match_cross_entropy(const Graph& graph, const Node& node, NormMatch* out) {
@@ -152,7 +152,7 @@ std::string match_cross_entropy(const Graph& graph, const Node& node, NormMatch*
 //   -> (mean, invstd, new_running_mean, new_running_var)
 // mybackend::batch_norm_backward_reduce(grad_out, x, mean, invstd)
 //   -> (grad_bias, grad_weight)
-// (mybackend/batch_norm.py). x is [N, C, ...] with the channels innermost in
+// (mybackend/ops/batch_norm.py). x is [N, C, ...] with the channels innermost in
 // memory; per-channel results are fp32.
 std::string match_batch_norm(const Graph& graph, const Node& node, NormMatch* out) {
   const bool stats = node.op == "mybackend::batch_norm_stats.default";

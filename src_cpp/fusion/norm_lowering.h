@@ -5,7 +5,7 @@
 // reductions.
 //
 // Note [Batch-norm reductions]
-// mybackend/batch_norm.py (Note [Training batch norm]) rewrites a CUDA
+// mybackend/ops/batch_norm.py (Note [Training batch norm]) rewrites a CUDA
 // training batch norm over channels-last data into two per-channel
 // reductions and elementwise ops that the pointwise planner fuses with the
 // ReLU or residual add around them:
@@ -58,9 +58,9 @@ std::string adopt_norm_part(NormGroup with, const std::vector<NodeId>& nodes,
 
 // Ops that anchor a norm group (for the planner's refusal texts).
 bool is_norm_anchor(const std::string& op);
-// mybackend's fused cross-entropy ops (mybackend/cross_entropy.py).
+// mybackend's fused cross-entropy ops (mybackend/ops/cross_entropy.py).
 bool is_cross_entropy_op(const std::string& op);
-// mybackend's training batch-norm reductions (mybackend/batch_norm.py).
+// mybackend's training batch-norm reductions (mybackend/ops/batch_norm.py).
 bool is_batch_norm_op(const std::string& op);
 
 }  // namespace mybackend

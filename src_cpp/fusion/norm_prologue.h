@@ -14,7 +14,7 @@
 // ReLU gradient, where(relu_out <= 0, 0, dy), which the input-gradient
 // kernel also reads. The lowering gives the sums a copy of those ops of
 // their own (Note [A ReLU gradient recomputed by its batch-norm sums] in
-// mybackend/lowering/batch_norm_gradients.py), taken here, so neither
+// mybackend/passes/batch_norm_gradients.py), taken here, so neither
 // kernel stores or reads the masked gradient.
 #pragma once
 

@@ -18,8 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "codegen/kernel_spec.h"
 #include "ir/graph.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 

@@ -6,11 +6,11 @@
 #include <set>
 
 #include "capability/registry.h"
-#include "codegen/launch_tuning.h"
 #include "common/error.h"
 #include "fusion/cast_groups.h"
 #include "fusion/ir_match.h"
 #include "fusion/pointwise_lowering.h"
+#include "spec/launch_tuning.h"
 
 namespace mybackend {
 namespace {
@@ -228,7 +228,8 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     spec.inputs[k].rank = full ? 0 : rank;
   }
   spec.index64 = false;
-  spec.threads = launch_tuning().pw_block;  // Note [Launch tuning knobs]
+  // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).
+  spec.threads = LaunchTuning{}.pw_block;
   PointwiseSpec general = spec;
   general.index64 = true;
   for (auto& t : general.inputs) t = TensorArg{t.dtype, IndexMode::Strided, rank};

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/kernel_spec.h"
 #include "fusion/graph_index.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 

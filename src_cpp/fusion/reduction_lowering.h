@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/kernel_spec.h"
 #include "fusion/fusion_plan.h"
 #include "fusion/graph_index.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 

@@ -6,13 +6,10 @@ list(APPEND CORE_SOURCES
   fusion/cast_groups.cpp
   fusion/graph_index.cpp
   fusion/claimed_groups.cpp
-  fusion/matmul_spec.cpp
   fusion/matmul_planner.cpp
   fusion/ir_match.cpp
-  fusion/attention_spec.cpp
   fusion/attention_planner.cpp
   fusion/gradient_stack.cpp
-  fusion/conv_spec.cpp
   fusion/conv_planner.cpp
   fusion/reduction_lowering.cpp
   fusion/norm_lowering.cpp
@@ -20,4 +17,5 @@ list(APPEND CORE_SOURCES
   fusion/norm_epilogue.cpp
   fusion/reduction_planner.cpp
   fusion/prologue.cpp
-  fusion/pool_planner.cpp)
+  fusion/pool_planner.cpp
+  fusion/tuned_specs.cpp)

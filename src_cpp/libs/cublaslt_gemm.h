@@ -1,5 +1,5 @@
 // One matrix product through cuBLASLt, on torch tensors: what a matmul
-// group (runtime/matmul_group.h) and the benchmark binding call. CUDA
+// group (runtime/libraries/matmul_group.h) and the benchmark binding call. CUDA
 // builds only.
 //
 // Note [Row-major products on a column-major library]
@@ -65,8 +65,8 @@
 #include <string>
 #include <vector>
 
-#include "fusion/matmul_spec.h"
 #include "libs/cublaslt_algo_cache.h"
+#include "spec/matmul_spec.h"
 
 namespace mybackend::cublaslt {
 

@@ -1,5 +1,5 @@
 // Convolutions through cuDNN frontend graphs, on torch tensors: what a conv
-// group (runtime/conv_group.h) calls. CUDA builds with cuDNN only. The
+// group (runtime/libraries/conv_group.h) calls. CUDA builds with cuDNN only. The
 // frontend's header is heavy: only cudnn_conv.cpp includes it.
 //
 // Note [Conv plan cache]

@@ -1,6 +1,6 @@
 # Stage 8b: library wrappers (cuBLASLt, cuDNN). They need torch (caching allocator,
 # current stream) and the CUDA toolkit, so they are runtime sources of CUDA
-# builds only; runtime/matmul_group.cpp reaches them under MYBACKEND_WITH_CUDA.
+# builds only; runtime/libraries/matmul_group.cpp reaches them under MYBACKEND_WITH_CUDA.
 if(MYBACKEND_WITH_CUDA)
   list(APPEND RUNTIME_SOURCES
     libs/cublaslt_check.cpp

@@ -1,5 +1,7 @@
 #include "pipeline/pipeline.h"
 
+#include "runtime/kernel_kinds.h"
+
 namespace mybackend {
 namespace {
 
@@ -24,10 +26,18 @@ void run_fusion(CompileState& state) {
   state.report.fusion = plan_fusion(*state.graph, state.report.partitions, state.options.fusion);
 }
 
+// Starts compiling the plan's generated kernels on a thread of their own and
+// returns at once (Note [Kernels compiled beside the caller]): the futures
+// wait for the batch on their first run.
+void run_codegen(CompileState& state) {
+  state.compiles = start_generated_compiles(state.graph, generated_groups(state.report.fusion),
+                                            state.options.codegen);
+}
+
 void run_runtime(CompileState& state) {
   state.executor =
       std::make_unique<Executor>(state.graph, state.report.partitions, state.report.fusion,
-                                 state.python_fallback, state.options.kernel_cache);
+                                 state.python_fallback, std::move(state.compiles));
 }
 
 }  // namespace
@@ -54,6 +64,7 @@ std::vector<Stage> compile_stages() {
       {"capability", run_capability},
       {"partition", run_partition},
       {"fusion", run_fusion},
+      {"codegen", run_codegen},
       {"runtime", run_runtime},
   };
 }

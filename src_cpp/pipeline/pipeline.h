@@ -15,6 +15,8 @@
 #include "partition/partitioner.h"
 #include "runtime/cuda_graph_runner.h"
 #include "runtime/executor.h"
+#include "runtime/generated/background_compile.h"
+#include "runtime/generated/generated_kernel.h"
 #include "runtime/recovery_window.h"
 
 namespace mybackend {
@@ -24,7 +26,9 @@ struct CompileOptions {
   PartitionerOptions partitioner;
   CudaGraphPolicy cuda_graphs;
   FusionOptions fusion;
-  KernelCacheLocation kernel_cache;  // where generated kernels persist
+  // Where generated kernels persist, whether they compile at all, and for
+  // which target (the codegen stage's own options).
+  CodegenOptions codegen;
 };
 
 // Everything a compile decides, kept for reports.
@@ -69,6 +73,7 @@ struct CompileState {
   CompileOptions options;
   PythonFallback python_fallback;
   CompileReport report;
+  CompileFutures compiles;  // codegen's, consumed by the runtime stage
   std::unique_ptr<Executor> executor;
 };
 
@@ -77,7 +82,7 @@ struct Stage {
   std::function<void(CompileState&)> run;
 };
 
-// verify -> capability -> partition -> fusion -> runtime
+// verify -> capability -> partition -> fusion -> codegen -> runtime
 std::vector<Stage> compile_stages();
 
 std::unique_ptr<CompiledGraph> compile_graph(std::shared_ptr<const Graph> graph,

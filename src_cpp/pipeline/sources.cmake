@@ -1,1 +1,1 @@
-list(APPEND RUNTIME_SOURCES pipeline/pipeline.cpp)
+list(APPEND RUNTIME_SOURCES pipeline/pipeline.cpp pipeline/environment.cpp)

@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "common/error.h"
-#include "runtime/background_compile.h"
 #include "runtime/builtin_ops.h"
 
 namespace mybackend {
@@ -25,37 +24,6 @@ std::optional<std::int64_t> static_storage_bytes(const TensorType& type, bool co
     extent += (size - 1) * (stride < 0 ? -stride : stride);
   }
   return (contiguous ? numel : extent) * dtype_size_bytes(type.dtype);
-}
-
-// The values an engine writes for a group (its runner allocates them).
-std::vector<ValueId> engine_outputs(const KernelGroup& group) {
-  switch (group.kind) {
-    case KernelKind::Pointwise: return group.pointwise->outputs;
-    case KernelKind::Reduction: return group.reduction->outputs;
-    case KernelKind::CastGroup: return group.casts->outputs;
-    case KernelKind::Pool: {
-      std::vector<ValueId> out{group.pool->output};
-      if (group.pool->spec.store_indices) out.push_back(group.pool->indices);
-      return out;
-    }
-    case KernelKind::Norm: {
-      std::vector<ValueId> out;
-      for (const auto& [name, value] : group.norm->outputs)
-        if (value >= 0) out.push_back(value);
-      return out;
-    }
-    case KernelKind::Matmul: {
-      std::vector<ValueId> out{group.matmul->output};
-      if (group.matmul->bias_grad >= 0) out.push_back(group.matmul->bias_grad);
-      return out;
-    }
-    // cuDNN allocates its outputs per call with layouts chosen at run time
-    // (Note [Conv layout]): no planned buffers.
-    case KernelKind::Conv:
-    case KernelKind::Attention:
-    case KernelKind::AtenSequence: break;
-  }
-  return {};
 }
 
 // Reads, definitions and aliases of one node, for the memory plan. An ATen
@@ -98,34 +66,21 @@ void add_node_to_point(const Graph& graph, const Node& node, PlanPoint& point) {
 }
 
 // Note [Profiler ranges]: each call and each engine step is a range of
-// torch.profiler's CPU timeline, named after the engine, so a profile
-// splits the runtime's host time by kind (ATen calls, cuLaunchKernel and
-// library calls show up inside them as their own ranges). Without an
-// active profiler a range costs one thread-local check.
-const char* profiler_range(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::Pointwise: return "mybackend::pointwise";
-    case KernelKind::Reduction: return "mybackend::reduction";
-    case KernelKind::Norm: return "mybackend::norm";
-    case KernelKind::CastGroup: return "mybackend::cast_group";
-    case KernelKind::Pool: return "mybackend::pool";
-    case KernelKind::Matmul: return "mybackend::matmul";
-    case KernelKind::Attention: return "mybackend::attention";
-    case KernelKind::Conv: return "mybackend::conv";
-    case KernelKind::AtenSequence: break;
-  }
-  return "mybackend::aten_sequence";
-}
+// torch.profiler's CPU timeline, named after the engine (its row of the
+// kernel-kind table), so a profile splits the runtime's host time by kind
+// (ATen calls, cuLaunchKernel and library calls show up inside them as their
+// own ranges). Without an active profiler a range costs one thread-local
+// check.
 
 }  // namespace
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
                    const FusionPlan& fusion, PythonFallback python_fallback,
-                   const KernelCacheLocation& kernel_cache)
+                   CompileFutures compiles)
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
-  prepare_engine_groups(fusion, kernel_cache);
+  prepare_engine_groups(fusion, compiles);
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
       add_partition_steps(fusion, scheduled.index);
@@ -137,59 +92,37 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 }
 
 // Prepares every engine group of the plan, in plan order. Generated
-// kernels start compiling on a thread of their own (Note [Kernels compiled
-// beside the caller]); matmul groups only get their runner (cuBLASLt is
-// asked on the first run). Groups that cannot be prepared keep only their
-// ATen form.
-void Executor::prepare_engine_groups(const FusionPlan& fusion,
-                                     const KernelCacheLocation& kernel_cache) {
-  std::vector<KernelGroup> to_compile;
-  std::vector<std::size_t> compiled_into;  // per entry of to_compile: index into engine_groups_
+// kernels are already compiling (the codegen stage's futures, Note [Kernels
+// compiled beside the caller]); library groups get their runner from their
+// kind's row of the kernel-kind table (cuBLASLt is asked on the first run).
+// Groups that cannot be prepared keep only their ATen form.
+void Executor::prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles) {
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
-      const bool generated = (group.kind == KernelKind::Pointwise && group.pointwise) ||
-                             (group.kind == KernelKind::Reduction && group.reduction) ||
-                             (group.kind == KernelKind::Norm && group.norm) ||
-                             (group.kind == KernelKind::CastGroup && group.casts) ||
-                             (group.kind == KernelKind::Pool && group.pool);
-      const bool matmul = group.kind == KernelKind::Matmul && group.matmul;
-      const bool attention = group.kind == KernelKind::Attention && group.attention;
-      const bool conv = group.kind == KernelKind::Conv && group.conv;
-      if (!generated && !matmul && !attention && !conv) continue;
+      if (!runs_on_engine(group)) continue;
+      const KernelKindTraits& traits = kernel_kind_traits(group.kind);
       EngineGroup entry;
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);
-      for (ValueId v : engine_outputs(group)) {
+      for (ValueId v : traits.outputs(group)) {
         const Value& value = graph_->value(v);
         if (value.kind != ValueKind::Tensor) continue;
-        const auto bytes = static_storage_bytes(value.tensor, /*contiguous=*/matmul);
+        const auto bytes = static_storage_bytes(value.tensor, traits.contiguous_outputs);
         if (bytes && *bytes > 0)
           entry.outputs.push_back(BufferCandidate{v, *bytes, value.tensor.device.str()});
       }
-      if (matmul) {
-        RunnerResult made = make_matmul_runner(*graph_, group.matmul);
-        entry.runner = std::move(made.runner);
-        entry.status.problem = std::move(made.problem);
-      } else if (attention) {
-        RunnerResult made = make_attention_runner(*graph_, group.attention);
-        entry.runner = std::move(made.runner);
-        entry.status.problem = std::move(made.problem);
-      } else if (conv) {
-        RunnerResult made = make_conv_runner(*graph_, group.conv);
+      if (traits.make_runner != nullptr) {
+        RunnerResult made = traits.make_runner(*graph_, group);
         entry.runner = std::move(made.runner);
         entry.status.problem = std::move(made.problem);
       } else {
-        compiled_into.push_back(engine_groups_.size());
-        to_compile.push_back(group);
+        entry.runner = compiles.take(plan.partition, static_cast<int>(g));
       }
+      entry.reads = traits.reads(group);
       engine_groups_.push_back(std::move(entry));
     }
   }
-  std::vector<std::unique_ptr<GroupRunner>> pending =
-      start_generated_compiles(graph_, std::move(to_compile), kernel_cache);
-  for (std::size_t k = 0; k < pending.size(); ++k)
-    engine_groups_[compiled_into[k]].runner = std::move(pending[k]);
 }
 
 void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
@@ -201,20 +134,16 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
     Step step;
     step.kind = StepKind::KernelGroup;
     for (std::size_t k = 0; k < engine_groups_.size(); ++k) {
-      const GeneratedGroupStatus& status = engine_groups_[k].status;
-      if (status.partition == partition && status.group == static_cast<int>(g) &&
-          engine_groups_[k].runner) {
-        step.engine = static_cast<int>(k);
-      }
+      const EngineGroup& engine = engine_groups_[k];
+      if (engine.status.partition != partition || engine.status.group != static_cast<int>(g))
+        continue;
+      step.reads = engine.reads;
+      if (engine.runner) step.engine = static_cast<int>(k);
     }
     for (NodeId id : group.nodes) {
       step.calls.push_back(calls_.size());
       calls_.emplace_back(*graph_, graph_->node(id));
     }
-    if (group.kind == KernelKind::Matmul && group.matmul) step.reads = group.matmul->inputs();
-    if (group.kind == KernelKind::Attention && group.attention)
-      step.reads = group.attention->inputs();
-    if (group.kind == KernelKind::Conv && group.conv) step.reads = group.conv->inputs();
     steps_.push_back(std::move(step));
   }
 }
@@ -317,7 +246,8 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
     case StepKind::KernelGroup:
       if (step.engine >= 0) {
         const GroupRunner& runner = *engine_groups_[static_cast<std::size_t>(step.engine)].runner;
-        RECORD_FUNCTION(profiler_range(runner.kind()), c10::ArrayRef<const c10::IValue>{});
+        RECORD_FUNCTION(kernel_kind_traits(runner.kind()).profiler_range,
+                        c10::ArrayRef<const c10::IValue>{});
         const bool ran = runner.run(slots, bindings, planned);
         count_engine_run(runner, ran);
         if (!ran) {
@@ -366,39 +296,10 @@ void Executor::finish_point(std::size_t point, ValueSlots& slots, PlannedOutputs
   for (ValueId v : plan_.release_after[point]) slots[static_cast<std::size_t>(v)] = c10::IValue();
 }
 
-// Generated kernels count as generated (and per kind), matmul groups as
-// cuBLASLt calls; a fallback counts for the engine that declined.
+// A run counts for its kind; a fallback for the kind whose engine declined.
 void Executor::count_engine_run(const GroupRunner& runner, bool ran) const {
-  const KernelKind kind = runner.kind();
-  if (kind == KernelKind::Matmul) {
-    (ran ? counters_.matmul : counters_.matmul_fallbacks).fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (kind == KernelKind::Attention) {
-    (ran ? counters_.attention : counters_.attention_fallbacks)
-        .fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (kind == KernelKind::Conv) {
-    (ran ? counters_.conv : counters_.conv_fallbacks).fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (!ran) {
-    counters_.generated_fallbacks.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  counters_.generated.fetch_add(1, std::memory_order_relaxed);
-  switch (kind) {
-    case KernelKind::Pointwise: counters_.generated_pointwise.fetch_add(1); break;
-    case KernelKind::Reduction: counters_.generated_reductions.fetch_add(1); break;
-    case KernelKind::Norm: counters_.generated_norms.fetch_add(1); break;
-    case KernelKind::CastGroup: counters_.generated_cast_groups.fetch_add(1); break;
-    case KernelKind::Pool: counters_.generated_pools.fetch_add(1); break;
-    case KernelKind::AtenSequence:
-    case KernelKind::Matmul:
-    case KernelKind::Attention:
-    case KernelKind::Conv: break;
-  }
+  const std::size_t k = kind_index(runner.kind());
+  (ran ? counters_.runs[k] : counters_.fallbacks[k]).fetch_add(1, std::memory_order_relaxed);
 }
 
 void Executor::run_builtin(const Node& node, ValueSlots& slots) const {
@@ -418,6 +319,21 @@ void Executor::run_python(const Node& node, ValueSlots& slots) const {
   store_outputs(node, results, {}, slots);
 }
 
+std::vector<std::pair<std::string, std::int64_t>> ExecutionStats::named() const {
+  std::vector<std::pair<std::string, std::int64_t>> out = {
+      {"calls", calls},
+      {"kernel_groups_run", kernel_groups_run},
+      {"nodes_run_in_partitions", nodes_run_in_partitions},
+      {"nodes_run_as_aten_fallback", nodes_run_as_aten_fallback},
+      {"nodes_run_as_builtin", nodes_run_as_builtin},
+      {"nodes_run_in_python", nodes_run_in_python}};
+  for (auto& entry : engine_counters(engine_runs, engine_fallbacks))
+    out.push_back(std::move(entry));
+  out.emplace_back("planned_outputs_taken", planned_outputs_taken);
+  out.emplace_back("planned_outputs_missed", planned_outputs_missed);
+  return out;
+}
+
 ExecutionStats Executor::stats() const {
   ExecutionStats stats;
   stats.calls = counters_.calls.load();
@@ -426,19 +342,10 @@ ExecutionStats Executor::stats() const {
   stats.nodes_run_as_aten_fallback = counters_.aten.load();
   stats.nodes_run_as_builtin = counters_.builtin.load();
   stats.nodes_run_in_python = counters_.python.load();
-  stats.generated_kernels_run = counters_.generated.load();
-  stats.generated_pointwise_run = counters_.generated_pointwise.load();
-  stats.generated_reductions_run = counters_.generated_reductions.load();
-  stats.generated_norms_run = counters_.generated_norms.load();
-  stats.generated_cast_groups_run = counters_.generated_cast_groups.load();
-  stats.generated_pools_run = counters_.generated_pools.load();
-  stats.generated_kernel_fallbacks = counters_.generated_fallbacks.load();
-  stats.matmul_groups_run = counters_.matmul.load();
-  stats.matmul_fallbacks = counters_.matmul_fallbacks.load();
-  stats.attention_groups_run = counters_.attention.load();
-  stats.attention_fallbacks = counters_.attention_fallbacks.load();
-  stats.conv_groups_run = counters_.conv.load();
-  stats.conv_fallbacks = counters_.conv_fallbacks.load();
+  for (std::size_t k = 0; k < kKernelKindCount; ++k) {
+    stats.engine_runs[k] = counters_.runs[k].load();
+    stats.engine_fallbacks[k] = counters_.fallbacks[k].load();
+  }
   stats.planned_outputs_taken = planned_counters_.taken.load();
   stats.planned_outputs_missed = planned_counters_.missed.load();
   return stats;

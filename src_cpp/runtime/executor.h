@@ -11,20 +11,22 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "fusion/fusion_plan.h"
 #include "ir/graph.h"
 #include "partition/partitioner.h"
 #include "runtime/aten_call.h"
-#include "runtime/attention_group.h"
-#include "runtime/conv_group.h"
-#include "runtime/generated_kernel.h"
-#include "runtime/matmul_group.h"
+#include "runtime/generated/background_compile.h"
+#include "runtime/group_runner.h"
+#include "runtime/kernel_kinds.h"
 #include "runtime/memory_plan.h"
 #include "runtime/planned_outputs.h"
 #include "runtime/symbol_binder.h"
@@ -43,36 +45,18 @@ struct ExecutionStats {
   std::int64_t nodes_run_as_aten_fallback = 0;
   std::int64_t nodes_run_as_builtin = 0;
   std::int64_t nodes_run_in_python = 0;
-  // Generated groups run on the GPU (all kinds), and per kind.
-  std::int64_t generated_kernels_run = 0;
-  std::int64_t generated_pointwise_run = 0;
-  std::int64_t generated_reductions_run = 0;
-  std::int64_t generated_norms_run = 0;
-  // Cast groups run (Note [Grouped casts]): one multi-tensor launch each,
-  // unless every member had to run alone for that call.
-  std::int64_t generated_cast_groups_run = 0;
-  // Max-pool groups run (Note [Pool groups]).
-  std::int64_t generated_pools_run = 0;
-  // Generated groups that ran their ATen form instead, for one call.
-  std::int64_t generated_kernel_fallbacks = 0;
-  // cuBLASLt calls (one per matmul group run on the GPU).
-  std::int64_t matmul_groups_run = 0;
-  // Matmul groups that ran their ATen form instead, for one call
-  // (Note [Matmul fallback] in matmul_group.h).
-  std::int64_t matmul_fallbacks = 0;
-  // cuDNN SDPA graphs run (one per attention group run on the GPU), and
-  // attention groups that ran their ATen form instead (Note [Attention
-  // fallback] in attention_group.h).
-  std::int64_t attention_groups_run = 0;
-  std::int64_t attention_fallbacks = 0;
-  // cuDNN convolution groups run (one per conv group run on the GPU), and
-  // those that ran their ATen form instead (Note [Conv fallback] in conv_group.h).
-  std::int64_t conv_groups_run = 0;
-  std::int64_t conv_fallbacks = 0;
+  // Engine groups run per kind, and those that ran their ATen form instead
+  // for one call (Note [Never an error to the user], Note [Matmul
+  // fallback]); named by the kernel-kind table (Note [One row per kernel kind]).
+  KindCounts engine_runs{};
+  KindCounts engine_fallbacks{};
   // Engine outputs placed on a dead planned buffer's storage, and planned
   // hand-overs that could not happen (the storage was still shared).
   std::int64_t planned_outputs_taken = 0;
   std::int64_t planned_outputs_missed = 0;
+
+  // Every counter under its stats() key, in a fixed order.
+  std::vector<std::pair<std::string, std::int64_t>> named() const;
 };
 
 // A group run by an engine (generated pointwise, reduction or norm kernel,
@@ -87,9 +71,10 @@ struct GeneratedGroupStatus {
 
 class Executor {
  public:
+  // `compiles`: the codegen stage's runners of the plan's generated groups
+  // (a group without one runs as ATen calls).
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
-           const FusionPlan& fusion, PythonFallback python_fallback,
-           const KernelCacheLocation& kernel_cache = {});
+           const FusionPlan& fusion, PythonFallback python_fallback, CompileFutures compiles = {});
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -121,13 +106,11 @@ class Executor {
     std::size_t first_point = 0;
   };
   struct Counters {
-    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
-        generated{0}, generated_pointwise{0}, generated_reductions{0}, generated_norms{0},
-        generated_cast_groups{0}, generated_pools{0}, generated_fallbacks{0}, matmul{0},
-        matmul_fallbacks{0}, attention{0}, attention_fallbacks{0}, conv{0}, conv_fallbacks{0};
+    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0};
+    std::array<std::atomic<std::int64_t>, kKernelKindCount> runs{}, fallbacks{};
   };
 
-  void prepare_engine_groups(const FusionPlan& fusion, const KernelCacheLocation& kernel_cache);
+  void prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles);
   void count_engine_run(const GroupRunner& runner, bool ran) const;
   void add_partition_steps(const FusionPlan& fusion, int partition);
   void add_node_step(const Node& node);
@@ -147,6 +130,9 @@ class Executor {
     GeneratedGroupStatus status;
     std::unique_ptr<GroupRunner> runner;   // null: runs as ATen calls
     std::vector<BufferCandidate> outputs;  // those with a static byte size
+    // Values it reads besides its nodes' inputs (a matmul group reads the
+    // input of a transpose it sees through): kept alive for it.
+    std::vector<ValueId> reads;
   };
   std::vector<EngineGroup> engine_groups_;
   MemoryPlan plan_;

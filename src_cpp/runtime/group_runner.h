@@ -1,8 +1,9 @@
 // A kernel group the executor hands to an engine instead of running its
-// nodes as ATen calls: a generated pointwise, reduction or norm kernel
-// (generated_kernel.h) or a library call (library_group.h: cuBLASLt products,
-// cuDNN convolutions and attention). The executor
-// runs every such group through one kind of step (Executor::Step::engine).
+// nodes as ATen calls: a generated kernel (generated/generated_kernel.h) or
+// a library call (libraries/library_group.h: cuBLASLt products, cuDNN
+// convolutions and attention); which one a kind gets is its row of the
+// kernel-kind table (kernel_kinds.h). The executor runs every such group
+// through one kind of step (Executor::Step::engine).
 #pragma once
 
 #include <string>
@@ -17,7 +18,7 @@ class GroupRunner {
  public:
   virtual ~GroupRunner() = default;
   // Runs the group on `slots`; false when this call must use the ATen form
-  // (Note [Never an error to the user] in generated_kernel.h). Outputs get
+  // (Note [Never an error to the user] in generated/generated_kernel.h). Outputs get
   // their memory from `outputs` (Note [Memory plan] in memory_plan.h).
   virtual bool run(ValueSlots& slots, const SymbolBindings& bindings,
                    PlannedOutputs& outputs) const = 0;

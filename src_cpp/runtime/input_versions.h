@@ -4,7 +4,7 @@
 // Note [Watching hoisted inputs]
 // An inference graph's parameter work (weight layout copies, batch norm's
 // scale and shift) runs in a `prepare` graph once per parameter version
-// (Note [Hoisted parameter work] in mybackend/lowering/hoist.py). Every
+// (Note [Hoisted parameter work] in mybackend/passes/hoist.py). Every
 // call must still tell whether a parameter or buffer it reads changed: a new
 // tensor behind the parameter (`p.data = ...`), a new address, an in-place
 // update (a new version). ResNet-50 has about 265 such inputs, and building

@@ -3,11 +3,17 @@
 # them without torch.
 list(APPEND CORE_SOURCES runtime/memory_plan.cpp runtime/coalesced_dims.cpp)
 list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
-  runtime/symbol_binder.cpp runtime/executor.cpp runtime/cuda_graph_runner.cpp
-  runtime/graph_memory.cpp runtime/planned_outputs.cpp runtime/recovery_window.cpp
-  runtime/input_versions.cpp runtime/background_compile.cpp runtime/rng_state.cpp)
-list(APPEND RUNTIME_SOURCES runtime/cuda_driver.cpp runtime/generated_kernel.cpp
-  runtime/kernel_launch.cpp runtime/pointwise_kernel.cpp runtime/cast_group_kernel.cpp runtime/pool_kernel.cpp
-  runtime/reduction_kernel.cpp
-  runtime/norm_kernel.cpp runtime/cross_entropy_kernel.cpp runtime/batch_norm_kernel.cpp runtime/matmul_group.cpp runtime/attention_group.cpp
-  runtime/conv_group.cpp)
+  runtime/symbol_binder.cpp runtime/executor.cpp runtime/kernel_kinds.cpp
+  runtime/cuda_graph_runner.cpp runtime/graph_memory.cpp runtime/planned_outputs.cpp
+  runtime/recovery_window.cpp runtime/input_versions.cpp runtime/rng_state.cpp)
+# Generated kernels at run time: the compile batches, the driver API, and
+# one launcher per generated kind (each compiles to nothing without CUDA).
+list(APPEND RUNTIME_SOURCES runtime/generated/background_compile.cpp
+  runtime/generated/cuda_driver.cpp runtime/generated/generated_kernel.cpp
+  runtime/generated/kernel_launch.cpp runtime/generated/pointwise_kernel.cpp
+  runtime/generated/cast_group_kernel.cpp runtime/generated/pool_kernel.cpp
+  runtime/generated/reduction_kernel.cpp runtime/generated/norm_kernel.cpp
+  runtime/generated/cross_entropy_kernel.cpp runtime/generated/batch_norm_kernel.cpp)
+# Library runners: cuBLASLt products, cuDNN attention and convolutions.
+list(APPEND RUNTIME_SOURCES runtime/libraries/matmul_group.cpp
+  runtime/libraries/attention_group.cpp runtime/libraries/conv_group.cpp)

@@ -20,7 +20,7 @@ namespace {
 // spec, the compiler's log and the source.
 template <class Spec, class Emit>
 std::vector<CompileOutcome> compile_to_ptx(const std::vector<Spec>& specs, Emit emit) {
-  CompileOptions options;
+  NvrtcOptions options;
   options.target = GpuTarget::parse("compute_90");
   std::vector<CompileRequest> requests;
   std::vector<EmittedKernel> kernels;

@@ -41,7 +41,7 @@ TEST(ArgumentToIValue, IntsForFloatParametersBecomeDoubles) {
   EXPECT_DOUBLE_EQ(value.toDouble(), 1.0);
 }
 
-// Note [Batched input mutations] (mybackend/lowering/mutations.py) hands
+// Note [Batched input mutations] (mybackend/passes/mutations.py) hands
 // the running statistics to _foreach_copy_ as a list: the inputs it writes
 // must still count as mutated, so that CUDA graphs keep them static.
 TEST(MutatedInputs, ElementsOfAWrittenListArgumentAreMutated) {

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "fusion/attention_spec.h"
 #include "fusion/fusion_plan.h"
 #include "fusion_graphs.h"
 #include "ir/graph.h"
+#include "spec/attention_spec.h"
 
 namespace mybackend {
 namespace {

@@ -50,7 +50,7 @@ TEST(CastGroups, IndependentCastsOfInputsShareOneKernel) {
   EXPECT_EQ(g.casts->outputs, outputs);
   EXPECT_EQ(g.casts->pairs, (std::vector<int>{0, 1, 0}));
   EXPECT_EQ(g.spec, "cast_group pairs=f32->bf16,f32->f16 threads=" +
-                        std::to_string(launch_tuning().pw_block) + "\n");
+                        std::to_string(LaunchTuning{}.pw_block) + "\n");
   EXPECT_EQ(g.spec, g.casts->spec.to_string());
   EXPECT_NE(g.why.find("grouped 3 independent dtype casts"), std::string::npos) << g.why;
   // Each member keeps its one-cast pointwise group for calls the grouped
@@ -110,8 +110,8 @@ TEST(CastGroups, GroupsNeverFormACycleBetweenThem) {
   ASSERT_EQ(groups.size(), 2u) << p.plan.to_string();
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 3}));
   EXPECT_EQ(groups[1]->nodes, (std::vector<NodeId>{2, 5}));
-  EXPECT_EQ(groups[1]->spec, "cast_group pairs=bf16->f32 threads=" +
-                                 std::to_string(launch_tuning().pw_block) + "\n");
+  EXPECT_EQ(groups[1]->spec,
+            "cast_group pairs=bf16->f32 threads=" + std::to_string(LaunchTuning{}.pw_block) + "\n");
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
 }
 

@@ -15,11 +15,11 @@
 #include "codegen/compile_pool.h"
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
-#include "codegen/kernel_spec.h"
 #include "codegen/nvrtc.h"
-#include "codegen/pointwise_ops.h"
 #include "common/error.h"
 #include "common/hash.h"
+#include "spec/kernel_spec.h"
+#include "spec/pointwise_ops.h"
 
 namespace mybackend {
 namespace {
@@ -99,8 +99,8 @@ struct Case {
   EmittedKernel kernel;
 };
 
-CompileOptions ptx_options() {
-  CompileOptions options;
+NvrtcOptions ptx_options() {
+  NvrtcOptions options;
   options.target = GpuTarget::parse("compute_90");
   return options;
 }
@@ -108,7 +108,7 @@ CompileOptions ptx_options() {
 // Compiles every case through the pool; each failure reports its label,
 // NVRTC's log and the source.
 std::vector<CompileOutcome> compile_all(const std::vector<Case>& cases,
-                                        const CompileOptions& options = ptx_options()) {
+                                        const NvrtcOptions& options = ptx_options()) {
   std::vector<CompileRequest> requests;
   for (const auto& c : cases) requests.push_back(compile_request(c.kernel, options));
   std::vector<CompileOutcome> outcomes = CompilePool().compile(requests);
@@ -260,7 +260,7 @@ TEST(CodegenPointwise, Index64AndCubin) {
   compile_all({{"index64", wide},
                {"index64 aligned", emit_pointwise(fused_chain(IndexMode::Aligned, true))}});
 
-  CompileOptions cubin;
+  NvrtcOptions cubin;
   cubin.target = GpuTarget::parse("sm_90");
   const auto outcomes = compile_all({{"cubin", narrow}}, cubin);
   ASSERT_TRUE(outcomes[0].ok());
@@ -392,7 +392,7 @@ TEST(CodegenNvrtc, TargetsParseAndPrint) {
 }
 
 TEST(CodegenNvrtc, OptionsAreIeeeByDefault) {
-  CompileOptions options;
+  NvrtcOptions options;
   const auto strings = options.to_strings();
   EXPECT_EQ(std::find(strings.begin(), strings.end(), "--use_fast_math"), strings.end());
   EXPECT_NE(std::find(strings.begin(), strings.end(), "-std=c++17"), strings.end());

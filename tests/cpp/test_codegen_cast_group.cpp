@@ -14,9 +14,9 @@
 #include "codegen/device/mb_cast_table.cuh"
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
-#include "codegen/kernel_spec.h"
 #include "common/error.h"
 #include "ptx_testing.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 namespace {

@@ -21,10 +21,10 @@
 
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
-#include "codegen/kernel_spec.h"
 #include "codegen/launch_tuning.h"
 #include "codegen/nvrtc.h"
-#include "codegen/pointwise_ops.h"
+#include "spec/kernel_spec.h"
+#include "spec/pointwise_ops.h"
 
 namespace mybackend {
 namespace {
@@ -240,7 +240,7 @@ class GpuTest : public ::testing::Test {
   // blocks (of the entry's own shape, or `block_x` threads) and waits.
   void run(const EmittedKernel& kernel, std::size_t which, std::vector<Arg> args, unsigned grid = 3,
            int block_x = 0) {
-    CompileOptions options;
+    NvrtcOptions options;
     options.target = GpuTarget::parse("sm_" + std::to_string(d_->arch));
     CompiledKernel image;
     ASSERT_NO_THROW(image = compile_cuda(compile_request(kernel, options)));

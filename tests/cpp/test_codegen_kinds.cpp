@@ -12,9 +12,9 @@
 #include "codegen/compile_pool.h"
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
-#include "codegen/kernel_spec.h"
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 namespace {
@@ -25,7 +25,7 @@ struct Case {
 };
 
 std::vector<CompileOutcome> compile_all(const std::vector<Case>& cases) {
-  CompileOptions options;
+  NvrtcOptions options;
   options.target = GpuTarget::parse("compute_90");
   std::vector<CompileRequest> requests;
   for (const auto& c : cases) requests.push_back(compile_request(c.kernel, options));
@@ -449,9 +449,9 @@ TEST(CodegenTuning, BatchNormKnobsCompileAndBoundTheChunkStage) {
       t.bn_row_unroll = unroll;
       t.bn_min_blocks = min_blocks;
       t.bn_max_lanes = min_blocks == 0 ? 256 : 32;
-      const ScopedLaunchTuning scope(t);
       for (NormKind kind : {NormKind::BatchNormStats, NormKind::BatchNormBackward}) {
         NormSpec spec;
+        spec.tuning = t;
         spec.kind = kind;
         spec.dtype = DType::BFloat16;
         spec.out_dtype = spec.weight_dtype = DType::Float32;
@@ -883,6 +883,7 @@ TEST(CodegenTuning, FewRowsGetSmallerBlocksWithTheSameThreadsPerRow) {
 // batch 1 takes the wide entry; enough rows to fill the device keep the
 // narrow one.
 TEST(CodegenTuning, FewRowsTakeTheWideRowsEntry) {
+  const LaunchTuning kDefaults;
   KernelEntry narrow;
   narrow.block_x = 256;
   narrow.elements_per_thread = 8;
@@ -897,25 +898,22 @@ TEST(CodegenTuning, FewRowsTakeTheWideRowsEntry) {
   EXPECT_EQ(norm_row_block_threads(wide, 4096), 512);
   EXPECT_EQ(norm_row_block_threads(wide, 4104), 0);  // more than one block
   EXPECT_EQ(norm_row_block_threads(wide, 770), 0);   // not whole vectors
-  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 197, 768, 132));
-  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 1, 1024, 132));
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 197, 768, 132, kDefaults));
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, 1, 1024, 132, kDefaults));
   // 3152 rows (ViT-B/16 at batch 16): 3152 warps, 24 a SM: narrow.
-  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 3152, 768, 132));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 3152, 768, 132, kDefaults));
   // The boundary: fewer than norm_wide_warps_per_sm warps a SM.
-  const int per_sm = launch_tuning().norm_wide_warps_per_sm;
-  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, per_sm * 132 - 1, 768, 132));
-  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, per_sm * 132, 768, 132));
+  const int per_sm = LaunchTuning{}.norm_wide_warps_per_sm;
+  EXPECT_TRUE(norm_prefers_wide_rows(narrow, wide, per_sm * 132 - 1, 768, 132, kDefaults));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, per_sm * 132, 768, 132, kDefaults));
   // The knob moves the boundary: 0 never takes the wide entry.
   LaunchTuning never;
   never.norm_wide_warps_per_sm = 0;
-  {
-    const ScopedLaunchTuning scope(never);
-    EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 1, 768, 132));
-  }
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 1, 768, 132, never));
   // Rows the narrow entry cannot hold in registers (65536 columns), or that
   // are not whole vectors: the narrow entry's loop path.
-  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 1 << 16, 132));
-  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 770, 132));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 1 << 16, 132, kDefaults));
+  EXPECT_FALSE(norm_prefers_wide_rows(narrow, wide, 4, 770, 132, kDefaults));
 }
 
 // The wide entry (Note [A row per block]) exists for aligned forward layer
@@ -975,16 +973,19 @@ TEST(CodegenTuning, EveryKnobValueCompiles) {
     tunings.push_back(t);
   }
   for (const LaunchTuning& t : tunings) {
-    const ScopedLaunchTuning scope(t);
     const std::string label = t.to_string();
-    const EmittedKernel pw = emit_pointwise(activation_chain(DType::BFloat16, DType::BFloat16));
+    PointwiseSpec chain = activation_chain(DType::BFloat16, DType::BFloat16);
+    chain.tuning = t;
+    const EmittedKernel pw = emit_pointwise(chain);
     EXPECT_EQ(pw.entries[0].elements_per_thread, 8 * t.pw_vec_per_thread) << label;
     cases.push_back({"chain " + label, pw});
     for (NormKind kind :
          {NormKind::SoftmaxForward, NormKind::LayerNormForward, NormKind::RmsNormForward}) {
       for (DType dtype : {DType::BFloat16, DType::Float32}) {
         for (bool aligned : {true, false}) {
-          const EmittedKernel k = emit_norm(forward_norm(kind, dtype, aligned));
+          NormSpec norm = forward_norm(kind, dtype, aligned);
+          norm.tuning = t;
+          const EmittedKernel k = emit_norm(norm);
           const int vec = aligned ? 16 / dtype_size_bytes(dtype) : 1;
           EXPECT_EQ(k.entries[0].row_elements_per_thread, vec * t.norm_vec_per_thread) << label;
           cases.push_back({std::string(norm_kind_name(kind)) + "/" + name(dtype) + " " + label, k});

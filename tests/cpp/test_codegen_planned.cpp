@@ -61,7 +61,7 @@ TEST(CodegenPlanned, ReductionAndNormGroupsCompileToPtx) {
     EXPECT_FALSE(k.empty()) << p.plan.to_string();
     kernels.insert(kernels.end(), k.begin(), k.end());
   }
-  CompileOptions options;
+  NvrtcOptions options;
   options.target = GpuTarget::parse("compute_90");
   std::vector<CompileRequest> requests;
   for (const auto& k : kernels) requests.push_back(compile_request(k, options));

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "codegen/emit.h"
-#include "codegen/kernel_spec.h"
 #include "pool_graphs.h"
 #include "ptx_testing.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 namespace {

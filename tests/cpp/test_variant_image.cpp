@@ -1,5 +1,5 @@
 // Stage 9 (runtime): a variant compiled on first use (Note [Variants
-// compiled on first use] in runtime/kernel_launch.h). Needs the runtime
+// compiled on first use] in runtime/generated/kernel_launch.h). Needs the runtime
 // library, so it builds as one skipped test where that is not built.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
-#include "runtime/kernel_launch.h"
+#include "runtime/generated/kernel_launch.h"
 
 namespace mybackend {
 namespace {

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tests.testing import compiled_records
-from tests.unit.test_lowering_permuted_cats import _Attention
+from tests.unit.test_passes_permuted_cats import _Attention
 
 pytestmark = pytest.mark.gpu
 

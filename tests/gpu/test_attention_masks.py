@@ -1,5 +1,5 @@
 """GPU-marked: an SDPA mask broadcast over keys still reaches a fused kernel
-(Note [Attention masks with a broadcast last dim] in mybackend/attention_masks.py).
+(Note [Attention masks with a broadcast last dim] in mybackend/ops/attention_masks.py).
 
 Without the dense copy, aot_autograd traces such a call as the math path:
 fp32 bmm, ``_safe_softmax``, bmm. These tests assert the compiled graphs

@@ -17,8 +17,8 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from mybackend import _C
-from mybackend.batch_norm import batch_norm_backward_reduce, batch_norm_stats
 from mybackend.lowering import lower
+from mybackend.ops.batch_norm import batch_norm_backward_reduce, batch_norm_stats
 from tests.testing import compiled_records, error_ratio_check, run_generated_norm
 
 pytestmark = [pytest.mark.gpu]

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import mybackend
-from mybackend.cross_entropy import cross_entropy_backward, cross_entropy_forward
+from mybackend.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from tests.testing import compiled_records, run_generated_norm
 
 pytestmark = [pytest.mark.gpu]

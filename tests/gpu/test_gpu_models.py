@@ -61,7 +61,7 @@ def test_cuda_extension_was_built_with_cuda() -> None:
 def test_channels_last_planned_cnn_inference(dtype: torch.dtype, mode: str) -> None:
     """Note [Channels-last planning] on the GPU: generated kernels and cuDNN see
     channels-last strides; callers still get eager's strides."""
-    from tests.unit.test_lowering_layout import ConvBlock
+    from tests.unit.test_passes_layout import ConvBlock
 
     model = ConvBlock().cuda().to(dtype).eval()
     x = torch.randn(4, 3, 20, 18, device="cuda", dtype=dtype)

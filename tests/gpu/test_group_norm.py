@@ -1,7 +1,7 @@
 """GPU-marked: GroupNorm after channels-last convolutions (issue 36).
 
 The channels-last plan (Note [Channels-last planning] in
-mybackend/lowering/layout.py) makes convolution outputs channels-last, and
+mybackend/passes/layout.py) makes convolution outputs channels-last, and
 the ops after them read that layout. CUDA's ``native_group_norm`` refuses an
 input that is not contiguous, so before the layout contracts (Note [Layout
 contracts] in src_cpp/capability/registry.h) ``Conv2d(3, 64, 7, 4, 2) ->

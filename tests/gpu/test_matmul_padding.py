@@ -1,5 +1,5 @@
 """GPU-marked: misaligned 16-bit products run padded and match eager
-(Note [Aligned matrix products] in mybackend/lowering/matmul_padding.py)."""
+(Note [Aligned matrix products] in mybackend/passes/matmul_padding.py)."""
 
 from __future__ import annotations
 

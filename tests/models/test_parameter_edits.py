@@ -8,7 +8,7 @@ so a compiled module that kept computing with the old weights fails.
 
 By default mybackend hoists no parameter work (option
 ``hoist_parameter_work``, Note [Hoisted parameter work] in
-mybackend/lowering/hoist.py): every call reads the parameters as they are
+mybackend/passes/hoist.py): every call reads the parameters as they are
 now, whatever edited them, ``p.data`` included. The opt-in mode computes
 weight casts, layout copies and batch norm's folded scale and shift once
 per parameter version; ``test_opt_in_hoisting_follows_version_counted_edits``

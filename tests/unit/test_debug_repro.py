@@ -94,7 +94,8 @@ def test_without_dump_dir_the_warning_says_how_to_get_one(monkeypatch: pytest.Mo
 
 
 def test_input_specs_cover_strides_dtypes_and_ints() -> None:
-    from mybackend.debug.repro import input_spec, make_input
+    from mybackend.debug.repro import make_input
+    from mybackend.hooks.reproducer import input_spec
 
     t = torch.randn(4, 6).t()
     spec = input_spec(t)

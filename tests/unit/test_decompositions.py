@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from mybackend.batch_norm import batch_norm_backward, batch_norm_training
 from mybackend.decompositions import (
     ADDED,
     CPU_TABLE,
@@ -22,6 +21,7 @@ from mybackend.decompositions import (
     decomposition_table,
     graph_devices,
 )
+from mybackend.ops.batch_norm import batch_norm_backward, batch_norm_training
 from tests.testing import compiled_records
 
 aten = torch.ops.aten

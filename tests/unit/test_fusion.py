@@ -309,7 +309,7 @@ def test_independent_casts_share_one_kernel() -> None:
     """Note [Grouped casts]: lone casts that do not read each other's results
     are one multi-tensor kernel; the report and the dumps show it as its own
     kind."""
-    from mybackend.debug.dumps import format_kernels
+    from mybackend.reports import format_kernels
 
     def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return a.to(torch.bfloat16), b.to(torch.float16), c.to(torch.bfloat16)

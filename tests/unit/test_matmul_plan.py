@@ -386,7 +386,7 @@ def test_cublaslt_option_reaches_the_core() -> None:
 
 
 def test_explain_dump_shows_the_matmul_spec() -> None:
-    from mybackend.debug.dumps import format_kernels
+    from mybackend.reports import format_kernels
 
     cuda_gm = _on_fake_cuda(lambda x, w: F.linear(x, w), X2, torch.randn(16, 8, dtype=BF16))
     lowered = lower(cuda_gm, [])

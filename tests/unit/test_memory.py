@@ -160,7 +160,7 @@ def test_strict_mode_raises_instead_of_recovering() -> None:
 
 
 def test_cpu_graphs_plan_no_buffers_and_explain_says_so() -> None:
-    from mybackend.explain import memory_plan_line
+    from mybackend.reports import memory_plan_line
 
     _, _, core = _compiled(_backward_like, torch.randn(4, 4), torch.randn(4, 4))
     plan = core.report()["memory_plan"]
@@ -182,7 +182,7 @@ def test_a_cuda_graph_compiled_on_cpu_plans_its_engine_outputs() -> None:
     # Fake CUDA tensors: planning and NVRTC need no GPU (Note [Compile now, load later]).
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from mybackend.explain import memory_plan_line
+    from mybackend.reports import memory_plan_line
 
     with FakeTensorMode():
         x, w = torch.empty(256, 256, device="cuda"), torch.empty(256, 256, device="cuda")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-import mybackend.aot
 from mybackend.compiled import BackendFailure
+from mybackend.passes import pipeline
 
 aten = torch.ops.aten
 
@@ -40,7 +40,7 @@ class Block(torch.nn.Module):
 
 @pytest.fixture
 def broken_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mybackend.aot, "fold_scatter_adds", _break_relus)
+    monkeypatch.setattr(pipeline, "fold_scatter_adds", _break_relus)
     torch._dynamo.reset()
 
 

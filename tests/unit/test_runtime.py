@@ -68,6 +68,7 @@ def test_partitions_run_in_the_core_and_fallback_nodes_through_dispatcher() -> N
         "capability",
         "partition",
         "fusion",
+        "codegen",
         "runtime",
     ]
 

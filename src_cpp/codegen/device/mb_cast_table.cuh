@@ -1,6 +1,6 @@
 // The table a grouped-cast kernel takes by value (Note [Grouped casts] in
 // fusion/cast_groups.h). Plain C++ without CUDA keywords: NVRTC compiles it
-// into the kernel and runtime/cast_group_kernel.cpp fills the same struct on
+// into the kernel and runtime/generated/cast_group_kernel.cpp fills the same struct on
 // the host, so there is one layout and nothing to keep in sync.
 #pragma once
 

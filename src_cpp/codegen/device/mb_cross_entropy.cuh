@@ -1,5 +1,5 @@
 // Cross-entropy over class logits, forward and backward (Note [Fused
-// cross-entropy] in mybackend/cross_entropy.py): `rows` rows of `cols`
+// cross-entropy] in mybackend/ops/cross_entropy.py): `rows` rows of `cols`
 // logits, rows `row_stride` elements apart (a padded output layer leaves
 // rows wider than cols), one class index per row. Math in fp32 whatever the
 // logits' dtype, as autocast's fp32 cross-entropy does.
@@ -82,7 +82,7 @@ __device__ __forceinline__ void cross_entropy_forward(const T* __restrict__ x,
 // grad_in = grad_loss * (exp(x - lse) - onehot(target)) per row; zero rows
 // where target == ignore_index. grad_in's rows are out_row_stride >= cols
 // elements apart, the columns past cols zero (Note [Padded cross-entropy
-// gradient] in mybackend/cross_entropy.py).
+// gradient] in mybackend/ops/cross_entropy.py).
 template <class T, class I, int VEC>
 __device__ __forceinline__ void cross_entropy_backward(
     const float* __restrict__ grad_loss, const T* __restrict__ x,

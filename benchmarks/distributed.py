@@ -1,0 +1,342 @@
+"""Training under torch.distributed: ms per step of eager, Inductor and
+mybackend with DDP and FSDP2, and each backend's losses against eager's.
+
+Run it with torchrun, one process per GPU (issue 33; docs/distributed.md):
+
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 2 benchmarks/distributed.py
+    torchrun --standalone --nproc-per-node 2 benchmarks/distributed.py --device cpu --tiny
+
+The model is GPT-2 small built from transformers' GPT2Config with random
+weights (``--tiny``: 2 layers of width 64), trained with AdamW on random
+tokens, each rank its own. Setups (``--setups``):
+
+  ddp       DistributedDataParallel, bf16 autocast
+  fsdp2     fully_shard per transformer block and on the root, bf16 autocast
+  fsdp2-mp  the same with MixedPrecisionPolicy(bf16 parameters, fp32 reduction)
+            and no autocast
+
+Every backend of a setup starts from the same weights and sees the same
+tokens, so its losses are eager's up to rounding; the check passes when no
+step's loss is further than ``--loss-rtol`` (relative) from eager's. A step's
+time is the slowest rank's mean over the measured steps, after ``--warmup``
+steps (the first compiles). Rank 0 prints one markdown table last and, with
+``--out``, writes results.json and results.md there. A backend that fails
+is reported as failed and the run goes on to the next.
+
+``--fsdp-compile blocks`` compiles each transformer block on its own (as
+torchtitan does) instead of the whole model, whose forward dynamo cannot
+trace through FSDP2's hooks (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script (torchrun benchmarks/distributed.py):
+    # the repository root in place of benchmarks/, whose profile.py would
+    # shadow the standard library's (cProfile imports it).
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.backends import REGISTRY
+from benchmarks.models import gpt2_config
+
+SETUPS = ("ddp", "fsdp2", "fsdp2-mp")
+DEFAULT_BACKENDS = ("eager", "inductor", "mybackend")
+
+
+@dataclasses.dataclass
+class Result:
+    """One (setup, backend) run as rank 0 reports it."""
+
+    setup: str
+    backend: str
+    ms_per_step: float | None = None
+    losses: list[float] = dataclasses.field(default_factory=list)
+    max_loss_rel_diff: float | None = None  # against eager's, over all steps
+    loss_ok: bool | None = None
+    graphs: int = 0  # dynamo graphs (unique_graphs)
+    graph_breaks: int = 0
+    fallbacks: int = 0  # mybackend graphs that ran eagerly
+    error: str | None = None
+
+
+class LossModel(nn.Module):
+    """GPT-2's logits and the next-token cross entropy in one module, so that
+    the loss is inside the compiled graph (mybackend's fused cross entropy)."""
+
+    def __init__(self, gpt2: nn.Module, vocab: int) -> None:
+        super().__init__()
+        self.gpt2 = gpt2
+        self.vocab = vocab
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.gpt2(input_ids=tokens).logits
+        return F.cross_entropy(logits.float().view(-1, self.vocab), targets.view(-1))
+
+
+def build_model(tiny: bool) -> LossModel:
+    """GPT-2 small (tiny: 2 layers, width 64, 1000 words), random weights,
+    no dropout (the loss check needs the same step from every backend)."""
+    from transformers import GPT2LMHeadModel
+
+    config = gpt2_config(tiny)
+    return LossModel(GPT2LMHeadModel(config), config.vocab_size)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default: cuda when available (NCCL), else cpu (gloo)")  # fmt: skip
+    parser.add_argument("--tiny", action="store_true", help="the small GPT-2 (CPU smoke runs)")
+    parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma list of {SETUPS}")
+    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                        help="comma list of benchmarks/backends.py names")  # fmt: skip
+    parser.add_argument("--batch", type=int, default=8, help="sequences per rank")
+    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence (tiny: 32)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps before timing")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps")
+    parser.add_argument("--loss-rtol", type=float, default=2e-2,
+                        help="largest relative loss difference to eager's")  # fmt: skip
+    parser.add_argument("--fsdp-compile", choices=("model", "blocks"), default="model")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket size")
+    parser.add_argument("--out", type=Path, default=None, help="folder for results.json/md")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be 1 or more, --warmup 0 or more")
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.tiny:
+        args.seq = min(args.seq, 32)
+    for name in args.backends.split(","):
+        if name not in REGISTRY:
+            parser.error(f"unknown backend {name!r}; known: {', '.join(REGISTRY)}")
+    for setup in args.setups.split(","):
+        if setup not in SETUPS:
+            parser.error(f"unknown setup {setup!r}; known: {', '.join(SETUPS)}")
+    return args
+
+
+def init_distributed(device: str) -> tuple[int, int]:
+    """Joins torchrun's process group (NCCL on GPUs, gloo on the CPU)."""
+    # NVLink multicast (NVLS) stays off on the GPU machines (their notes say why).
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(
+        "nccl" if device == "cuda" else "gloo", timeout=datetime.timedelta(minutes=20)
+    )
+    return dist.get_rank(), dist.get_world_size()
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """GPT-2's transformer blocks (the units FSDP2 shards and may compile)."""
+    blocks = model.get_submodule("gpt2.transformer.h")
+    return list(blocks.children())
+
+
+def wrap(model: LossModel, setup: str, device: str, bucket_cap_mb: float) -> nn.Module:
+    """DDP, or FSDP2 over each transformer block and the root."""
+    model = model.to(device)
+    if setup == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [torch.cuda.current_device()] if device == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if setup == "fsdp2-mp":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in transformer_blocks(model):
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+def compile_step(
+    model: nn.Module, setup: str, backend: str, fsdp_compile: str
+) -> Callable[..., torch.Tensor]:
+    """The module's forward under the backend (eager: itself)."""
+    kwargs = REGISTRY[backend]
+    if kwargs is None:
+        return model
+    if setup.startswith("fsdp2") and fsdp_compile == "blocks":
+        for block in transformer_blocks(model):
+            block.compile(**kwargs)
+        return model
+    return torch.compile(model, **kwargs)
+
+
+@contextmanager
+def mybackend_fallbacks(backend: str) -> Iterator[list[Any]]:
+    """The records of mybackend's graphs compiled in the block (empty list
+    for other backends)."""
+    if not backend.startswith("mybackend"):
+        yield []
+        return
+    from mybackend.reports import collecting
+
+    with collecting() as records:
+        yield records
+
+
+def run_one(args: argparse.Namespace, setup: str, backend: str, rank: int) -> Result:
+    """Trains warmup + steps steps; the rank's own times and losses."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    gc.collect()  # the previous run's model, graphs and optimizer state
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    counters.clear()
+    torch.manual_seed(0)  # the same weights for every backend and rank
+    model = wrap(build_model(args.tiny), setup, args.device, args.bucket_cap_mb)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step_fn = compile_step(model, setup, backend, args.fsdp_compile)
+    vocab = 1000 if args.tiny else 50257
+    generator = torch.Generator().manual_seed(1234 + rank)
+    batches = [
+        tuple(
+            torch.randint(0, vocab, (args.batch, args.seq), generator=generator).to(args.device)
+            for _ in range(2)
+        )
+        for _ in range(args.warmup + args.steps)
+    ]
+    autocast: Any = nullcontext()
+    if setup != "fsdp2-mp":
+        autocast = torch.autocast(args.device, dtype=torch.bfloat16)
+    result = Result(setup, backend)
+    losses = []
+    with mybackend_fallbacks(backend) as records:
+        for index, (tokens, targets) in enumerate(batches):
+            if index == args.warmup:
+                synchronize(args.device)
+                start = time.perf_counter()
+            with autocast:
+                loss = step_fn(tokens, targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        synchronize(args.device)
+        elapsed = time.perf_counter() - start
+    result.ms_per_step = elapsed * 1e3 / max(args.steps, 1)
+    result.losses = [float(x) for x in torch.stack(losses).float().cpu()]
+    result.graphs = counters["stats"]["unique_graphs"]
+    result.graph_breaks = sum(counters["graph_break"].values())
+    result.fallbacks = sum(1 for record in records if record.fallback_reason)
+    return result
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def slowest_rank(value: float, device: str) -> float:
+    """The largest value over ranks (a step ends when its slowest rank does)."""
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor.item())
+
+
+def check_losses(result: Result, eager: Result | None, rtol: float) -> None:
+    """Compares every step's loss with eager's (rank 0's data)."""
+    if eager is None or not eager.losses or not result.losses:
+        return
+    diffs = [
+        abs(a - b) / max(abs(b), 1e-12) for a, b in zip(result.losses, eager.losses, strict=True)
+    ]
+    result.max_loss_rel_diff = max(diffs)
+    result.loss_ok = result.max_loss_rel_diff <= rtol
+
+
+def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str:
+    """The table rank 0 prints: one row per setup and backend."""
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    lines = [
+        f"GPT-2 {'tiny' if args.tiny else 'small'}, {world} x {device}, batch {args.batch}"
+        f" x {args.seq} per rank, AdamW, {args.steps} timed steps after {args.warmup}"
+        f" (fsdp compile: {args.fsdp_compile})",
+        "",
+        "| setup | backend | ms/step | vs eager | max loss rel. diff | loss check |"
+        " graphs | graph breaks | fallbacks |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    eager_ms = {r.setup: r.ms_per_step for r in results if r.backend == "eager"}
+    for r in results:
+        if r.error is not None:
+            reason = r.error.strip().splitlines()[-1][:120].replace("|", "/")
+            lines.append(f"| {r.setup} | {r.backend} | failed: {reason} | | | | | | |")
+            continue
+        base = eager_ms.get(r.setup)
+        speedup = f"{base / r.ms_per_step:.2f}x" if base and r.ms_per_step else ""
+        diff = "" if r.max_loss_rel_diff is None else f"{r.max_loss_rel_diff:.1e}"
+        check = {None: "", True: "ok", False: "MISMATCH"}[r.loss_ok]
+        lines.append(
+            f"| {r.setup} | {r.backend} | {r.ms_per_step:.2f} | {speedup} | {diff} | {check} |"
+            f" {r.graphs} | {r.graph_breaks} | {r.fallbacks} |"
+        )
+    return "\n".join(lines)
+
+
+def write_results(results: list[Result], args: argparse.Namespace, world: int) -> None:
+    """results.md and results.json in --out (rewritten after each run)."""
+    if args.out is None:
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.md").write_text(markdown(results, args, world) + "\n")
+    rows = [dataclasses.asdict(r) for r in results]
+    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, world = init_distributed(args.device)
+    results: list[Result] = []
+    try:
+        for setup in args.setups.split(","):
+            eager: Result | None = None
+            for backend in args.backends.split(","):
+                try:
+                    result = run_one(args, setup, backend, rank)
+                    result.ms_per_step = slowest_rank(result.ms_per_step or 0.0, args.device)
+                except Exception:
+                    result = Result(setup, backend, error=traceback.format_exc())
+                    if rank == 0:
+                        print(f"{setup} {backend} failed:\n{result.error}", flush=True)
+                    dist.barrier()  # both ranks fail alike: the next run starts together
+                if backend == "eager" and result.error is None:
+                    eager = result
+                check_losses(result, eager, args.loss_rtol)
+                results.append(result)
+                if rank == 0:
+                    print(f"{setup} {backend}: {result.ms_per_step} ms/step", flush=True)
+                    write_results(results, args, world)  # what a stopped step leaves
+        if rank == 0:
+            print(markdown(results, args, world), flush=True)
+    finally:
+        dist.destroy_process_group()
+    failed = any(r.error is not None or r.loss_ok is False for r in results)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""Eager is the floor: a compiled CUDA graph that runs slower than the ATen
+graph it replaces hands its calls back to that graph.
+
+Note [Eager is the floor]
+The planner's choices come from rules, and a rule can lose on a model
+nobody measured: a layout that makes a depthwise convolution slow, a
+generated kernel that loses to a library one. So each compiled CUDA graph
+measures itself against the graph it was given (aot_autograd's ATen graph,
+before mybackend's layout and padding rewrites) on its first calls:
+
+- After ``warmup`` untimed calls of the compiled side, then of eager
+  (captures, autotuning, the allocator's growth), calls alternate between
+  the two. A call's cost is the
+  larger of its GPU span (CUDA events around it) and its host time: a
+  launch-bound eager graph shows in the host time, a GPU-bound one in the
+  span.
+- Every call computes its outputs once, by one side, so in-place updates,
+  RNG draws and autograd see exactly one run per call, as in eager.
+- Once each side has ``samples`` timed calls and the last event completed
+  (queried, never waited for), the side with the lower median cost runs
+  from then on. The compiled graph keeps the calls unless eager is cheaper
+  by more than ``margin``: noise must not send a good graph back to eager.
+- Only calls with the input shapes of the first timed call are timed; a
+  graph with dynamic shapes decides on its first shape. Nothing is timed
+  while the caller captures a CUDA graph (events cannot be recorded there);
+  such calls run compiled.
+- The choice is written to a small file under the kernel cache folder, keyed
+  by the graph's IR, its input shapes, the GPU, the torch and mybackend
+  versions and the code-generation options, so a later process with the same
+  graph starts with it instead of measuring again. An unreadable file is
+  ignored with one warning and the graph measured again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from mybackend import _C
+from mybackend._logging import get_logger, warn_once
+
+log = get_logger("runtime")
+
+BoxedCall = Callable[[list[Any]], list[Any]]
+
+COMPILED = "compiled"
+EAGER = "eager"
+_FILE_VERSION = 1
+
+
+class CudaCallTimer:
+    """Times one call by CUDA events on the current stream and by the host
+    clock; the cost is the larger (Note [Eager is the floor])."""
+
+    def can_time(self) -> bool:
+        return not torch.cuda.is_current_stream_capturing()
+
+    def start(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event, time.perf_counter()
+
+    def stop(self, started: Any) -> Any:
+        start, began = started
+        host_ms = (time.perf_counter() - began) * 1e3
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        return start, end, host_ms
+
+    def ready(self, timed: Any) -> bool:
+        return bool(timed[1].query())
+
+    def cost_ms(self, timed: Any) -> float:
+        start, end, host_ms = timed
+        return max(float(start.elapsed_time(end)), host_ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class FloorSettings:
+    """How much of a graph's first calls the floor may spend measuring."""
+
+    warmup: int = 3  # untimed calls of each side before timing
+    samples: int = 5  # timed calls of each side
+    margin: float = 0.05  # eager must be this much cheaper to take over
+
+
+class EagerFloor:
+    """The measurement and the choice of one compiled graph (Note [Eager is
+    the floor]). ``choice`` is None while measuring, then "compiled" or
+    "eager"."""
+
+    def __init__(
+        self,
+        name: str,
+        cache_file: str | None,
+        settings: FloorSettings = FloorSettings(),
+        timer: Any = None,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self._timer = timer if timer is not None else CudaCallTimer()
+        self.choice: str | None = None
+        self.compiled_ms: float | None = None
+        self.eager_ms: float | None = None
+        self.from_cache = False
+        self._cache_file = cache_file
+        self._untimed = {COMPILED: 0, EAGER: 0}
+        self._timed: list[tuple[str, Any]] = []  # (side, the timer's record)
+        self._shapes: list[tuple[int, ...] | None] | None = None
+        self._next = COMPILED
+        self._load()
+
+    def describe(self) -> str:
+        """One line for explain(): what the floor measured and chose."""
+        if self.choice is None:
+            done = sum(1 for side, _ in self._timed if side == EAGER)
+            return f"eager floor: measuring ({done} of {self.settings.samples} eager calls timed)"
+        source = " (cached)" if self.from_cache else ""
+        if self.compiled_ms is None or self.eager_ms is None:
+            return f"eager floor: runs {self.choice}{source}"
+        return (
+            f"eager floor: compiled {self.compiled_ms:.3f} ms, eager {self.eager_ms:.3f} ms "
+            f"per call: runs {self.choice}{source}"
+        )
+
+    def run(self, args: list[Any], compiled: BoxedCall, eager: BoxedCall) -> list[Any]:
+        """One call while the choice is open: one side computes the outputs."""
+        if not self._timer.can_time():
+            return compiled(args)
+        # The compiled side warms up first: a program's first few calls run
+        # what it compiled, as they would without the floor.
+        for side in (COMPILED, EAGER):
+            if self._untimed[side] < self.settings.warmup:
+                self._untimed[side] += 1
+                return self._call(side, args, compiled, eager)
+        side = self._next
+        if self._have_all_samples():
+            self._decide_when_done()
+            return compiled(args)
+        shapes = _shapes_of(args)
+        if self._shapes is None:
+            self._shapes = shapes
+        elif shapes != self._shapes:
+            return compiled(args)
+        self._next = EAGER if side == COMPILED else COMPILED
+        started = self._timer.start()
+        outputs = self._call(side, args, compiled, eager)
+        if self.choice is None:  # else eager failed and the choice is made
+            self._timed.append((side, self._timer.stop(started)))
+        return outputs
+
+    def _call(self, side: str, args: list[Any], compiled: BoxedCall, eager: BoxedCall) -> list[Any]:
+        if side == COMPILED:
+            return compiled(args)
+        inputs = list(args)  # eager clears the boxed list; a failure needs the inputs back
+        try:
+            return eager(args)
+        except Exception as error:  # the compiled graph stays the floor's choice
+            log.debug(
+                "%s: eager run failed while measuring (%s); keeping compiled", self.name, error
+            )
+            self._settle(COMPILED, None, None)
+            args[:] = inputs
+            return compiled(args)
+
+    def _have_all_samples(self) -> bool:
+        eager = sum(1 for side, _ in self._timed if side == EAGER)
+        return eager >= self.settings.samples and len(self._timed) >= 2 * self.settings.samples
+
+    def _decide_when_done(self) -> None:
+        if not self._timer.ready(self._timed[-1][1]):
+            return
+        costs: dict[str, list[float]] = {COMPILED: [], EAGER: []}
+        for side, timed in self._timed:
+            costs[side].append(self._timer.cost_ms(timed))
+        compiled_ms = statistics.median(costs[COMPILED])
+        eager_ms = statistics.median(costs[EAGER])
+        wins = eager_ms < compiled_ms * (1.0 - self.settings.margin)
+        self._settle(EAGER if wins else COMPILED, compiled_ms, eager_ms)
+        self._save()
+
+    def _settle(self, choice: str, compiled_ms: float | None, eager_ms: float | None) -> None:
+        self.choice, self.compiled_ms, self.eager_ms = choice, compiled_ms, eager_ms
+        self._timed.clear()  # the timer's records (CUDA events) are no longer needed
+        log.info("%s: %s", self.name, self.describe())
+
+    def _load(self) -> None:
+        if self._cache_file is None or not os.path.exists(self._cache_file):
+            return
+        try:
+            with open(self._cache_file, encoding="utf-8") as file:
+                saved = json.load(file)
+            if saved.get("version") != _FILE_VERSION or saved["choice"] not in (COMPILED, EAGER):
+                raise ValueError(f"unexpected content {saved!r}")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            warn_once(
+                f"eager-floor-file:{self._cache_file}",
+                f"mybackend: ignoring the eager floor's unreadable choice file "
+                f"{self._cache_file} ({error}); graph {self.name} is measured again",
+            )
+            return
+        self.from_cache = True
+        self.choice = saved["choice"]
+        self.compiled_ms, self.eager_ms = saved.get("compiled_ms"), saved.get("eager_ms")
+
+    def _save(self) -> None:
+        if self._cache_file is None:
+            return
+        saved = {
+            "version": _FILE_VERSION,
+            "graph": self.name,
+            "choice": self.choice,
+            "compiled_ms": self.compiled_ms,
+            "eager_ms": self.eager_ms,
+        }
+        temporary = f"{self._cache_file}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self._cache_file), mode=0o700, exist_ok=True)
+            with open(temporary, "w", encoding="utf-8") as file:
+                json.dump(saved, file)
+            os.replace(temporary, self._cache_file)  # readers see a whole file or none
+        except OSError as error:  # an unwritable cache costs a measurement next time
+            log.debug("%s: could not save the eager-floor choice (%s)", self.name, error)
+
+
+def _shapes_of(args: Sequence[Any]) -> list[tuple[int, ...] | None]:
+    return [tuple(a.shape) if isinstance(a, torch.Tensor) else None for a in args]
+
+
+@dataclasses.dataclass(frozen=True)
+class FloorInputs:
+    """What of a graph's example inputs keys its choice: their shapes and the
+    CUDA device they are on. Plain data, so that a warm-started graph finds
+    its choice without example inputs (GraphRecipe in mybackend/warm_start.py)."""
+
+    shapes: tuple[tuple[int, ...] | None, ...]
+    device: str | None  # the first CUDA input's device; None: no input on CUDA
+
+    @classmethod
+    def of(cls, example_inputs: Sequence[Any]) -> FloorInputs:
+        device = next(
+            (t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.is_cuda), None
+        )
+        return cls(tuple(_shapes_of(example_inputs)), None if device is None else str(device))
+
+
+def floor_cache_file(
+    cache_root: str | None, graph_text: str, example_inputs: Sequence[Any], options_key: str
+) -> str | None:
+    """Where the choice of one graph lives, or None without a disk cache."""
+    return floor_cache_path(cache_root, graph_text, FloorInputs.of(example_inputs), options_key)
+
+
+def floor_cache_path(
+    cache_root: str | None, graph_text: str, inputs: FloorInputs, options_key: str
+) -> str | None:
+    """floor_cache_file from the inputs' key alone."""
+    if not cache_root:
+        return None
+    gpu = torch.cuda.get_device_name(inputs.device) if inputs.device is not None else "cpu"
+    key = hashlib.sha256()
+    # The shapes as a list, as the key was first written: earlier choices stay found.
+    for part in (graph_text, repr(list(inputs.shapes)), gpu, torch.__version__,
+                 _extension_build(), options_key):  # fmt: skip
+        key.update(part.encode())
+        key.update(b"\0")
+    return os.path.join(cache_root, "eager-floor", key.hexdigest()[:32] + ".json")
+
+
+def _extension_build() -> str:
+    """Which build of the extension measured: a rebuilt core may choose otherwise."""
+    info = os.stat(_C.__file__)
+    return f"{info.st_size}:{info.st_mtime_ns}"
+
+
+def runs_on_cuda(example_inputs: Sequence[Any]) -> bool:
+    """The floor times CUDA graphs only: on a CPU, mybackend runs ATen anyway."""
+    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)

@@ -1,0 +1,140 @@
+"""mybackend's graph passes, in the order they run: three lists run by
+mybackend/passes/driver.py (Note [Passes as data]).
+
+- ``BEFORE_AOT``: on dynamo's graph (torch-level calls), on a copy of it
+  (Note [Recovery runs the user's program]), before aot_autograd traces it.
+- ``ON_JOINT``: on a training graph's joint forward-backward graph, before
+  the min-cut partitioner splits it: planned there, forward and backward
+  agree on the strides of every tensor the forward saves.
+- ``PER_GRAPH``: on each ATen graph the core compiles (inference, forward,
+  backward), before lowering.
+
+A new pass goes into its list as one line; its module holds the rewrite.
+Each entry's name is its stage name in explain()'s compile times.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from mybackend.ops.attention_masks import SDPA_TARGETS, rewrite_attention_masks
+from mybackend.ops.cross_entropy import rewrite_cross_entropy
+from mybackend.options import Options
+from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
+from mybackend.passes.driver import GraphPass, PassContext, always
+from mybackend.passes.hoist import hoist_parameter_work
+from mybackend.passes.layout import plan_channels_last
+from mybackend.passes.matmul_padding import pad_matmuls
+from mybackend.passes.mutations import batch_input_mutations
+from mybackend.passes.permuted_cats import write_permuted_cats
+from mybackend.passes.scatter_adds import fold_scatter_adds
+from mybackend.passes.widening_casts import cast_after_views, split_widening_casts
+
+INFERENCE = frozenset({"inference"})
+
+
+def _attention_masks(ctx: PassContext) -> int:
+    return rewrite_attention_masks(ctx.gm, recompile=False)
+
+
+def _cross_entropy(ctx: PassContext) -> int:
+    return rewrite_cross_entropy(ctx.gm, recompile=False)
+
+
+def _channels_last(ctx: PassContext) -> int:
+    ctx.gm, conversions = plan_channels_last(ctx.gm, ctx.inputs(), recompile=False)
+    return conversions
+
+
+def _pad_matmuls(ctx: PassContext) -> int:
+    ctx.gm, padded = pad_matmuls(ctx.gm, ctx.inputs(), ctx.kind, recompile=False)
+    return padded
+
+
+def _input_mutations(ctx: PassContext) -> int:
+    return batch_input_mutations(ctx.gm, recompile=False)
+
+
+def _hoist(ctx: PassContext) -> int:
+    """Moves parameter-only work to a prepare graph (Note [Hoisted parameter
+    work]): the graph compiled gains the hoisted values as static inputs."""
+    plan = hoist_parameter_work(ctx.gm, ctx.inputs(), ctx.static_inputs)
+    if plan is None:
+        return 0
+    ctx.hoist = plan
+    ctx.gm, ctx.example_inputs = plan.main, plan.example_inputs
+    ctx.static_inputs = [*ctx.static_inputs, *plan.hoisted_inputs]
+    return len(plan.hoisted_inputs)
+
+
+def _batch_norm_gradients(ctx: PassContext) -> int:
+    return copy_batch_norm_gradients(ctx.gm, recompile=False)
+
+
+def _casts_after_views(ctx: PassContext) -> int:
+    return cast_after_views(ctx.gm, recompile=False)
+
+
+def _widening_casts(ctx: PassContext) -> int:
+    return split_widening_casts(ctx.gm, recompile=False)
+
+
+def _scatter_adds(ctx: PassContext) -> int:
+    return fold_scatter_adds(ctx.gm, recompile=False)
+
+
+def _permuted_cats(ctx: PassContext) -> int:
+    return write_permuted_cats(ctx.gm, recompile=False)
+
+
+def _fused_cross_entropy(options: Options) -> bool:
+    return options.fused_cross_entropy
+
+
+def _channels_last_on(options: Options) -> bool:
+    return options.channels_last
+
+
+def _pad_matmuls_on(options: Options) -> bool:
+    return options.pad_matmuls
+
+
+def _hoist_on(options: Options) -> bool:
+    return options.hoist_parameter_work
+
+
+def _generated_kernels(options: Options) -> bool:
+    return options.generated_kernels
+
+
+BEFORE_AOT: tuple[GraphPass, ...] = (
+    # Note [Attention masks with a broadcast last dim]
+    GraphPass("attention_masks", always, _attention_masks, targets=SDPA_TARGETS),
+    # Note [Fused cross-entropy]
+    GraphPass("cross_entropy", _fused_cross_entropy, _cross_entropy, targets=(F.cross_entropy,)),
+)
+
+ON_JOINT: tuple[GraphPass, ...] = (
+    GraphPass("layout", _channels_last_on, _channels_last),  # Note [Channels-last planning]
+    GraphPass("padding", _pad_matmuls_on, _pad_matmuls),  # Note [Aligned matrix products]
+)
+
+PER_GRAPH: tuple[GraphPass, ...] = (
+    GraphPass("input_mutations", always, _input_mutations),  # Note [Batched input mutations]
+    GraphPass("padding", _pad_matmuls_on, _pad_matmuls),
+    # A training graph's layout was planned on its joint graph.
+    GraphPass("layout", _channels_last_on, _channels_last, kinds=INFERENCE),
+    GraphPass("hoisting", _hoist_on, _hoist, kinds=INFERENCE),  # Note [Hoisted parameter work]
+    # Note [A ReLU gradient recomputed by its batch-norm sums]
+    GraphPass("batch_norm_gradients", _generated_kernels, _batch_norm_gradients),
+    # Note [Widening casts after views], Note [One widening cast per reader]
+    GraphPass("casts_after_views", _generated_kernels, _casts_after_views),
+    GraphPass("widening_casts", _generated_kernels, _widening_casts),
+    GraphPass("scatter_adds", always, _scatter_adds),  # Note [Scatters into their addend]
+    GraphPass("permuted_cats", always, _permuted_cats),  # Note [Permuted concatenations]
+)
+
+LISTS = (BEFORE_AOT, ON_JOINT, PER_GRAPH)  # in the order a graph meets them
+
+# Every name a pass list gives a compile-time stage (compile_times.breakdown).
+PASS_NAMES = frozenset(p.name for passes in LISTS for p in passes)

@@ -1,0 +1,34 @@
+#include "pipeline/environment.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace mybackend {
+namespace {
+
+const char* process_environment_variable(const char* name) { return std::getenv(name); }
+
+bool switched_off(const char* value) {
+  if (value == nullptr) return false;
+  const std::string text(value);
+  return text == "0" || text == "off" || text == "false";
+}
+
+}  // namespace
+
+CompileOptions options_from_environment(const char* (*env)(const char*)) {
+  CompileOptions options;
+  options.fusion.tuning = launch_tuning_from(env);
+  if (switched_off(env("MYBACKEND_GENERATED_KERNELS")))
+    options.codegen.switched_off =
+        "generated kernels are switched off by MYBACKEND_GENERATED_KERNELS";
+  if (const char* target = env("MYBACKEND_NVRTC_TARGET"); target != nullptr)
+    options.codegen.forced_target = target;
+  return options;
+}
+
+CompileOptions options_from_environment() {
+  return options_from_environment(&process_environment_variable);
+}
+
+}  // namespace mybackend

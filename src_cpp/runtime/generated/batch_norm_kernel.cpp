@@ -1,0 +1,129 @@
+// Generated batch-norm reductions at run time (Note [Batch-norm reductions]
+// in fusion/norm_lowering.h, device/mb_batch_norm.cuh): x (and grad_out)
+// viewed as [rows, channels] with the channels contiguous, reduced in row
+// chunks into a workspace of partials, then per channel.
+#include "runtime/generated/norm_kernel.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "codegen/launch_tuning.h"
+
+namespace mybackend {
+namespace {
+
+// kChannelBlock and kTotalsLanes of mb_batch_norm.cuh.
+constexpr std::int64_t kChannelBlock = 256;
+constexpr std::int64_t kTotalsLanes = 32;
+// Bytes of one partial: Welford (mean, m2, n) or a pair of sums, as floats.
+constexpr std::int64_t kStatsPartialFloats = 3;
+constexpr std::int64_t kBackwardPartialFloats = 2;
+
+// The same lane count as channel_lanes<VEC, LANES> in the device code,
+// whose LANES the emitter took from the same tuning (the spec's bn_max_lanes).
+std::int64_t channel_lanes(std::int64_t cols, std::int64_t vec, int max_lanes) {
+  const std::int64_t most = std::min<std::int64_t>(kChannelBlock, max_lanes);
+  std::int64_t lanes = 1;
+  while (lanes < most && lanes * vec < cols) lanes *= 2;
+  return lanes;
+}
+
+// `t` as [rows, channels] with the channels contiguous: the channels-last
+// permutation of its dims, copied only when the data is not in that order.
+at::Tensor channels_innermost(const at::Tensor& t) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::rotate(order.begin() + 1, order.begin() + 2, order.end());  // (0, 2, ..., n-1, 1)
+  at::Tensor moved = t.permute(order);
+  return moved.is_contiguous() ? moved : moved.contiguous();
+}
+
+}  // namespace
+
+bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bindings,
+                                   PlannedOutputs& planned) const {
+  const NormGroup& g = *group_;
+  auto inputs = input_tensors(slots);
+  if (!inputs) return false;
+  std::map<std::string, at::Tensor>& tensors = *inputs;
+  const std::vector<std::int64_t> shape = tensors.at("x").sizes().vec();
+  const c10::Device device = tensors.at("x").device();
+  if (shape.size() < 2) return fail("x has fewer than 2 dims");
+  const std::int64_t cols = shape[1];
+  const std::int64_t rows = cols == 0 ? 0 : tensors.at("x").numel() / cols;
+  if (rows == 0 || cols == 0) return fail("an empty batch: ATen handles that edge");
+  for (auto& [name, t] : tensors) {
+    if (t.device() != device) return fail("inputs on different devices");
+    if (norm_reads_rows(name)) {
+      if (t.sizes() != c10::IntArrayRef(shape)) return fail(name + " and x differ in shape");
+      t = channels_innermost(t);
+    } else {
+      if (t.numel() != cols) return fail(name + " does not have one value per channel");
+      t = t.contiguous();
+    }
+  }
+  c10::cuda::CUDAGuard guard(device);
+  const auto options = tensors.at("x").options();
+  for (const auto& [name, value] : g.outputs) {
+    const TensorType& type = graph_.value(value).tensor;
+    const auto sizes = evaluate_dims(type.sizes, bindings);
+    const auto strides = evaluate_dims(type.strides, bindings);
+    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
+    if (norm_tensor_dtype(g.spec, name) != type.dtype)
+      return fail("the output " + name + " has another dtype than the kernel writes");
+    const auto dtype = static_cast<c10::ScalarType>(type.dtype);
+    at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
+    if (!t.is_contiguous() || t.numel() != cols)
+      return fail("the output " + name + " is not one contiguous value per channel");
+    tensors[name] = t;
+  }
+  // The first variant reads whole vectors with 32-bit indices.
+  bool fast =
+      rows * cols < kIndex32Limit && cols % variants_[0].kernel.entries[0].elements_per_thread == 0;
+  for (const auto& [name, t] : tensors) fast = fast && aligned16(t);
+  const std::size_t v = fast || variants_.size() == 1 ? 0 : variants_.size() - 1;
+  const DeviceModules::Loaded& l = modules_.on(device.index(), v);
+  const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
+  const std::int64_t vec = entries[0].elements_per_thread;
+  if (cols % vec != 0) return fail("the channel count is not a multiple of the vector width");
+  const std::int64_t lanes = channel_lanes(cols, vec, g.spec.tuning.bn_max_lanes);
+  const std::int64_t tiles = (cols + lanes * vec - 1) / (lanes * vec);
+  // One wave of blocks: as many as the SMs hold at once (the kernel's
+  // registers allow 2 of 256 threads per SM on an H100, where a fixed 4 per
+  // SM ran as two waves), or bn_blocks_per_sm when set; each chunk at least
+  // bn_chunk_passes unrolled passes of the block's row groups: shorter
+  // chunks and the merges and partials cost more than the reads.
+  const LaunchTuning& tuning = g.spec.tuning;
+  const std::int64_t per_sm =
+      tuning.bn_blocks_per_sm > 0 ? tuning.bn_blocks_per_sm : l.resident_blocks[0];
+  const std::int64_t pass_rows = (kChannelBlock / lanes) * tuning.bn_row_unroll;
+  const std::int64_t wanted = (static_cast<std::int64_t>(l.sm_count) * per_sm + tiles - 1) / tiles;
+  const std::int64_t splits =
+      std::max<std::int64_t>(1, std::min(wanted, rows / (pass_rows * tuning.bn_chunk_passes)));
+  const bool stats = g.spec.kind == NormKind::BatchNormStats;
+  tensors["partials"] =
+      at::empty({splits * cols * (stats ? kStatsPartialFloats : kBackwardPartialFloats)},
+                options.dtype(at::kFloat));
+  const std::map<std::string, std::int64_t> ints = {
+      {"rows", rows}, {"cols", cols}, {"splits", splits}};
+  const std::map<std::string, double> floats = {{"eps", g.eps}, {"momentum", g.momentum}};
+  const std::int64_t blocks[2] = {tiles * splits, (cols + kTotalsLanes - 1) / kTotalsLanes};
+  for (std::size_t e = 0; e < 2; ++e) {
+    KernelArgs args = norm_kernel_args(entries[e], tensors, ints, floats);
+    const std::int64_t grid =
+        std::min<std::int64_t>(blocks[e], static_cast<std::int64_t>(l.sm_count) * 16);
+    launch_on_stream(l, l.functions[e], grid, entries[e], args, device.index());
+  }
+  for (const auto& [name, value] : g.outputs)
+    slots[static_cast<std::size_t>(value)] = tensors[name];
+  return true;
+}
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA

@@ -1,0 +1,291 @@
+// Generated reduction groups at run time: prologue + reduction + epilogue
+// in one kernel (Note [Reduction groups]). Sizes come from this call's
+// symbol bindings: the input space is viewed as [rows, n] (Inner) or
+// [outer, n, inner] (Outer), and the grid is sized from those numbers.
+#include "runtime/generated/kernel_launch.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "codegen/launch_tuning.h"
+#include "common/error.h"
+
+namespace mybackend {
+namespace {
+
+std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::size_t to) {
+  std::int64_t p = 1;
+  for (std::size_t d = from; d < to; ++d) p *= v[d];
+  return p;
+}
+
+// A long Inner reduction into so few results that one block per result
+// would leave most of the GPU idle: ATen's split reductions are faster
+// there than a kernel without split entries (Note [Split inner reductions]).
+constexpr std::int64_t kSplitReductionWork = std::int64_t{1} << 22;
+// Note [Split outer reductions]: the fewest rows a chunk takes, and the
+// workspace bytes per partial (the device code asserts its accumulators fit).
+constexpr std::int64_t kMinSplitRows = 64;
+constexpr std::int64_t kPartialBytes = 32;
+// Note [Split inner reductions]: the fewest elements a chunk takes, 32 a
+// thread of a 256-thread block. A block per row walked BERT's 3.1M-element
+// MSE at about 0.23 us per 256-vector step (720 us), so a row of 2 x 8192
+// f32 (16 steps, ~4 us) is about where halving it pays for the second
+// launch; longer rows gain more.
+constexpr std::int64_t kMinSplitElements = 8192;
+// Chunks are whole multiples of this many elements, so each starts on a
+// whole vector of any width the emitter picks (at most 8 elements).
+constexpr std::int64_t kInnerChunkAlign = 256;
+
+class ReductionKernel final : public GroupKernel<ReductionGroup> {
+ public:
+  using GroupKernel::GroupKernel;
+
+ private:
+  // This call's tensors and their iteration strides.
+  struct Call {
+    std::vector<std::int64_t> in_shape, out_shape;
+    std::int64_t rows = 1, n = 1, inner = 1;  // rows is `outer` for Outer reductions
+    std::vector<at::Tensor> inputs, epilogue_inputs, outputs;  // epilogue_inputs[0] unused
+    std::vector<std::vector<std::int64_t>> in_strides, ein_strides, out_strides;
+  };
+
+  static bool side_fits(const std::vector<at::Tensor>& tensors, std::size_t first,
+                        const std::vector<TensorArg>& args,
+                        const std::vector<std::vector<std::int64_t>>& strides,
+                        const std::vector<std::int64_t>& shape, std::int64_t numel) {
+    if (numel >= kIndex32Limit) return false;
+    for (std::size_t k = first; k < tensors.size(); ++k) {
+      if (args[k].mode == IndexMode::Strided) {
+        if (max_offset(shape, strides[k]) >= kIndex32Limit) return false;
+        continue;
+      }
+      if (!tensors[k].is_contiguous() || tensors[k].numel() != numel) return false;
+      if (args[k].mode == IndexMode::Aligned && !aligned16(tensors[k])) return false;
+    }
+    return true;
+  }
+
+  bool fast_fits(const Call& c) const {
+    const ReductionSpec& s = group_->spec;
+    std::vector<TensorArg> outs;
+    for (const auto& o : s.epilogue->outputs) outs.push_back(o.tensor);
+    const std::int64_t in_numel = product(c.in_shape, 0, c.in_shape.size());
+    const std::int64_t out_numel = product(c.out_shape, 0, c.out_shape.size());
+    return side_fits(c.inputs, 0, s.prologue->inputs, c.in_strides, c.in_shape, in_numel) &&
+           side_fits(c.epilogue_inputs, 1, s.epilogue->inputs, c.ein_strides, c.out_shape,
+                     out_numel) &&
+           side_fits(c.outputs, 0, outs, c.out_strides, c.out_shape, out_numel);
+  }
+
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+              PlannedOutputs& planned) const override {
+    const ReductionGroup& g = *group_;
+    const ReductionSpec& s = g.spec;
+    Call c;
+    std::string why;
+    const auto in_shape = evaluate_dims(graph_.value(g.reduced).tensor.sizes, bindings);
+    const auto out_shape = evaluate_dims(graph_.value(g.result).tensor.sizes, bindings);
+    if (!in_shape || !out_shape) return fail("a size depends on an unbound symbol");
+    c.in_shape = *in_shape;
+    c.out_shape = *out_shape;
+    const auto b = static_cast<std::size_t>(g.reduce_begin);
+    const auto e = static_cast<std::size_t>(g.reduce_end);
+    c.rows = product(c.in_shape, 0, b);
+    c.n = product(c.in_shape, b, e);
+    c.inner = product(c.in_shape, e, c.in_shape.size());
+    const std::int64_t results = c.rows * c.inner;
+    const bool extremum = s.op == ReduceOp::Amax || s.op == ReduceOp::Amin ||
+                          s.op == ReduceOp::Argmax || s.op == ReduceOp::Argmin;
+    if (extremum && c.n == 0 && results > 0)
+      return fail("reducing zero elements: ATen raises eager's error");
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      auto t = cuda_tensor(slots[static_cast<std::size_t>(g.inputs[k])],
+                           s.prologue->inputs[k].dtype, &why);
+      if (!t) return fail("input " + std::to_string(k) + why);
+      c.inputs.push_back(*t);
+      c.in_strides.emplace_back();
+      if (!iteration_strides(*t, c.in_shape, c.in_strides.back()))
+        return fail("input " + std::to_string(k) + " does not broadcast to the reduced shape");
+    }
+    c.epilogue_inputs.emplace_back();
+    c.ein_strides.emplace_back();
+    for (std::size_t k = 1; k < g.epilogue_inputs.size(); ++k) {
+      auto t = cuda_tensor(slots[static_cast<std::size_t>(g.epilogue_inputs[k])],
+                           s.epilogue->inputs[k].dtype, &why);
+      if (!t) return fail("epilogue input " + std::to_string(k) + why);
+      c.epilogue_inputs.push_back(*t);
+      c.ein_strides.emplace_back();
+      if (!iteration_strides(*t, c.out_shape, c.ein_strides.back()))
+        return fail("epilogue input " + std::to_string(k) + " does not broadcast to the result");
+    }
+    if (c.inputs.empty()) return fail("the group reads no tensor");
+    const c10::Device device = c.inputs[0].device();
+    for (const auto& t : c.epilogue_inputs) {
+      if (t.defined() && t.device() != device) return fail("inputs on different devices");
+    }
+    // Reductions into few results run split (Note [Split outer reductions],
+    // Note [Split inner reductions]); a kernel without split entries (a
+    // warp per row, whose rows are short) leaves long ones to ATen.
+    const bool few_results = s.axis == ReduceAxis::Inner && results < 64;
+    if (few_results && c.n * results >= kSplitReductionWork && !has_split_entries(0))
+      return fail("only " + std::to_string(results) + " results of " + std::to_string(c.n) +
+                  " elements each: ATen's split reduction is faster (ran ATen for this call)");
+    c10::cuda::CUDAGuard guard(device);
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+      const auto strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
+      if (!strides) return fail("a stride of an output depends on an unbound symbol");
+      const auto dtype = static_cast<c10::ScalarType>(s.epilogue->outputs[k].tensor.dtype);
+      c.outputs.push_back(planned.empty_strided(g.outputs[k], c.out_shape, *strides,
+                                                c.inputs[0].options().dtype(dtype)));
+      c.out_strides.emplace_back();
+      iteration_strides(c.outputs.back(), c.out_shape, c.out_strides.back());
+    }
+    if (results > 0) {
+      const bool fast = variants_.size() > 1 && fast_fits(c);
+      launch_variant(fast ? 0 : variants_.size() - 1, c, device.index());
+    }
+    for (std::size_t k = 0; k < g.outputs.size(); ++k)
+      slots[static_cast<std::size_t>(g.outputs[k])] = c.outputs[k];
+    return true;
+  }
+
+  // Whether variant v carries the _partials and _totals entries (every
+  // variant comes from the one spec, so all of them do or none).
+  bool has_split_entries(std::size_t v) const { return variants_[v].kernel.entries.size() >= 3; }
+
+  // Blocks of the one-pass kernel (Outer: column tiles; Inner: rows), the
+  // units that the split form multiplies by the chunk count.
+  std::int64_t split_units(const Call& c) const {
+    return group_->spec.axis == ReduceAxis::Outer ? outer_column_tiles(c.rows, c.inner) : c.rows;
+  }
+
+  // The chunk length for this call (Note [Split outer reductions]: rows of
+  // n; Note [Split inner reductions]: elements of a row), or 0 when the
+  // one-pass kernel's blocks alone fill the GPU (or the kernel has no split
+  // entries).
+  std::int64_t split_chunk(std::size_t v, const Call& c, int sm_count) const {
+    if (!has_split_entries(v)) return 0;
+    const bool outer = group_->spec.axis == ReduceAxis::Outer;
+    const std::int64_t splits =
+        outer_row_splits(split_units(c), c.n, sm_count, outer ? kMinSplitRows : kMinSplitElements);
+    if (splits < 2) return 0;
+    const std::int64_t chunk = (c.n + splits - 1) / splits;
+    return outer ? chunk : (chunk + kInnerChunkAlign - 1) / kInnerChunkAlign * kInnerChunkAlign;
+  }
+
+  void launch_variant(std::size_t v, const Call& c, int device_index) const {
+    const DeviceModules::Loaded& l = modules_.on(device_index, v);
+    const std::int64_t resident = static_cast<std::int64_t>(l.sm_count) * 16;
+    if (const std::int64_t chunk = split_chunk(v, c, l.sm_count); chunk > 0) {
+      // The device code counts the chunks the same way (rounding the chunk
+      // up may leave fewer than outer_row_splits asked for).
+      const std::int64_t splits = (c.n + chunk - 1) / chunk;
+      // Inner: c.inner is 1, one partial a row and chunk.
+      const at::Tensor partials = at::empty({splits * c.rows * c.inner * kPartialBytes},
+                                            c.inputs[0].options().dtype(at::kByte));
+      launch_entry(v, 1, c, device_index, std::min(split_units(c) * splits, resident), &partials,
+                   chunk);
+      // Totals: a block per 32 columns (Outer), a block per row (Inner).
+      const bool outer = group_->spec.axis == ReduceAxis::Outer;
+      const std::int64_t total_blocks = outer ? (c.rows * c.inner + 31) / 32 : c.rows;
+      launch_entry(v, 2, c, device_index, std::min(total_blocks, resident), &partials, chunk);
+      return;
+    }
+    const KernelEntry& entry = variants_[v].kernel.entries[0];
+    std::int64_t blocks = 1;
+    if (group_->spec.axis == ReduceAxis::Outer) {
+      blocks = outer_column_tiles(c.rows, c.inner);
+    } else if (group_->spec.strategy == ReduceStrategy::WarpPerRow) {
+      const std::int64_t warps = std::max(1, entry.block_x / 32);
+      blocks = (c.rows + warps - 1) / warps;
+    } else {
+      blocks = c.rows;
+    }
+    launch_entry(v, 0, c, device_index, std::min(blocks, resident), nullptr, 0);
+  }
+
+  void launch_entry(std::size_t v, std::size_t e, const Call& c, int device_index,
+                    std::int64_t grid, const at::Tensor* partials, std::int64_t chunk) const {
+    const KernelEntry& entry = variants_[v].kernel.entries[e];
+    // "in3", "ein2", "out1" with an optional "stride_" prefix -> (side, index).
+    auto parse = [](const std::string& name, std::string* side) {
+      const std::string base = name.rfind("stride_", 0) == 0 ? name.substr(7) : name;
+      for (const char* prefix : {"ein", "out", "in"}) {
+        const std::string p(prefix);
+        if (base.rfind(p, 0) == 0) {
+          *side = p;
+          return static_cast<std::size_t>(std::stoul(base.substr(p.size())));
+        }
+      }
+      MB_ASSERT(false, "unexpected kernel parameter ", name);
+      return std::size_t{0};
+    };
+    KernelArgs args(entry);
+    for (std::size_t i = 0; i < entry.params.size(); ++i) {
+      const KernelParam& p = entry.params[i];
+      std::string side;
+      switch (p.kind) {
+        case KernelParam::Kind::Pointer: {
+          if (p.name == "partials") {
+            args.set_pointer(i, partials->data_ptr());
+            break;
+          }
+          const std::size_t k = parse(p.name, &side);
+          const at::Tensor& t = side == "in"    ? c.inputs[k]
+                                : side == "ein" ? c.epilogue_inputs[k]
+                                                : c.outputs[k];
+          args.set_pointer(i, t.data_ptr());
+          break;
+        }
+        case KernelParam::Kind::Int64:
+          if (p.name == "rows" || p.name == "outer")
+            args.set_int(i, c.rows);
+          else if (p.name == "n")
+            args.set_int(i, c.n);
+          else if (p.name == "inner")
+            args.set_int(i, c.inner);
+          else if (p.name == "chunk")
+            args.set_int(i, chunk);
+          else
+            MB_ASSERT(false, "unexpected kernel parameter ", p.name);
+          break;
+        case KernelParam::Kind::Dims: {
+          if (p.name == "in_shape") {
+            args.set_dims(i, c.in_shape);
+          } else if (p.name == "out_shape") {
+            args.set_dims(i, c.out_shape);
+          } else {
+            const std::size_t k = parse(p.name, &side);
+            args.set_dims(i, side == "in"    ? c.in_strides[k]
+                             : side == "ein" ? c.ein_strides[k]
+                                             : c.out_strides[k]);
+          }
+          break;
+        }
+        case KernelParam::Kind::Float64:
+        case KernelParam::Kind::Bytes:
+          MB_ASSERT(false, "reduction groups take no scalar or struct arguments, got ", p.name);
+      }
+    }
+    const DeviceModules::Loaded& l = modules_.on(device_index, v);
+    launch_on_stream(l, l.functions[e], grid, entry, args, device_index);
+  }
+};
+
+}  // namespace
+
+KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionGroup> group) {
+  const int device = graph.value(group->result).tensor.device.index;
+  return two_variant_build<ReductionKernel>(KernelKind::Reduction, graph, std::move(group), device,
+                                            emit_reduction);
+}
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA

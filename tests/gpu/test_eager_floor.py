@@ -1,0 +1,127 @@
+"""GPU-marked: the eager floor on real CUDA graphs (Note [Eager is the floor]
+in mybackend/eager_floor.py). One side is slowed by a GPU spin of millions
+of cycles, so the choice does not depend on how fast the machine is; every
+call, while measuring and after, must compute eager's values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from mybackend.compiled import CompiledGraphFunction
+from mybackend.eager_floor import COMPILED, EAGER
+from tests.testing import compiled_records
+
+pytestmark = pytest.mark.gpu
+
+SPIN_CYCLES = 20_000_000  # about 10 ms on any current GPU: far beyond the graph itself
+CALLS = 24  # enough for the floor's warm-up, samples and choice
+
+
+def _slowed(method: Any) -> Any:
+    def slow(self: CompiledGraphFunction, args: list[Any]) -> list[Any]:
+        torch.cuda._sleep(SPIN_CYCLES)
+        return method(self, args)
+
+    return slow
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    layers = [nn.Linear(64, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 32)]
+    return nn.Sequential(*layers).cuda()
+
+
+def _floors(records: list[Any]) -> dict[str, Any]:
+    return {r.name: r.compiled.floor for r in records if r.compiled is not None}
+
+
+@pytest.mark.parametrize("slow_side", [COMPILED, EAGER])
+@pytest.mark.parametrize("cuda_graphs", [False, True], ids=["default", "cuda-graphs"])
+def test_inference_runs_the_faster_side(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, slow_side: str, cuda_graphs: bool
+) -> None:
+    slowed = "_run_compiled" if slow_side == COMPILED else "_run_reference"
+    monkeypatch.setattr(
+        CompiledGraphFunction, slowed, _slowed(getattr(CompiledGraphFunction, slowed))
+    )
+    model = _mlp().eval()
+    options = {"cuda_graphs": cuda_graphs, "kernel_cache_dir": str(tmp_path), "strict": True}
+    compiled = torch.compile(model, backend="mybackend", options=options)
+    x = torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+
+        def calls() -> None:
+            for _ in range(CALLS):
+                torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-4)
+
+        _, records = compiled_records(calls)
+    (floor,) = _floors(records).values()
+    faster = EAGER if slow_side == COMPILED else COMPILED
+    assert floor.choice == faster, floor.describe()
+    assert list((tmp_path / "eager-floor").glob("*.json")), "the choice was not kept"
+
+
+def test_training_graphs_choose_apart_and_stay_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        CompiledGraphFunction, "_run_compiled", _slowed(CompiledGraphFunction._run_compiled)
+    )
+    model = _mlp()
+    reference = _mlp()
+    compiled = torch.compile(model, backend="mybackend", options={"kernel_cache_dir": "off"})
+    x = torch.randn(8, 64, device="cuda")
+
+    def steps() -> None:
+        for _ in range(CALLS):
+            for m, f in ((model, compiled), (reference, reference)):
+                m.zero_grad(set_to_none=True)
+                f(x).pow(2).mean().backward()
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+    _, records = compiled_records(steps)
+    floors = _floors(records)
+    assert {name.rsplit(".", 1)[-1] for name in floors} == {"forward", "backward"}
+    assert all(f.choice == EAGER for f in floors.values()), [f.describe() for f in floors.values()]
+
+
+def test_a_later_process_starts_with_the_kept_choice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(
+        CompiledGraphFunction, "_run_compiled", _slowed(CompiledGraphFunction._run_compiled)
+    )
+    options = {"kernel_cache_dir": str(tmp_path)}
+    x = torch.randn(8, 64, device="cuda")
+    model = _mlp().eval()
+    with torch.no_grad():
+        first = torch.compile(model, backend="mybackend", options=options)
+
+        def calls() -> None:
+            for _ in range(CALLS):
+                first(x)
+                # The choice waits for the last timed call's events; without a
+                # host sync the spun GPU would still be behind after CALLS.
+                torch.cuda.synchronize()
+
+        _, records = compiled_records(calls)
+        assert next(iter(_floors(records).values())).choice == EAGER
+        torch._dynamo.reset()  # what a new process starts from, but for the folder
+        again = torch.compile(model, backend="mybackend", options=options)
+        out, records = compiled_records(lambda: again(x))
+    (floor,) = _floors(records).values()
+    assert floor.from_cache and floor.choice == EAGER
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_option_turns_it_off() -> None:
+    model = _mlp().eval()
+    compiled = torch.compile(model, backend="mybackend", options={"eager_floor": False})
+    with torch.no_grad():
+        _, records = compiled_records(lambda: compiled(torch.randn(8, 64, device="cuda")))
+    assert all(floor is None for floor in _floors(records).values())

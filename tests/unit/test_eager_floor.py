@@ -1,0 +1,190 @@
+"""The eager floor's decisions (Note [Eager is the floor] in
+mybackend/eager_floor.py), driven by a scripted timer: which side runs each
+call, when the choice is made, the margin, the shape filter, captures, a
+failing eager side, and the choice kept on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from mybackend.eager_floor import COMPILED, EAGER, EagerFloor, FloorSettings, floor_cache_file
+from mybackend.reports import GraphRecord, graph_floor
+
+SETTINGS = FloorSettings(warmup=2, samples=3, margin=0.05)
+
+
+class ScriptedTimer:
+    """Costs per side instead of clocks; records complete when `done` says."""
+
+    def __init__(self, compiled_ms: float, eager_ms: float) -> None:
+        self.cost = {COMPILED: compiled_ms, EAGER: eager_ms}
+        self.capturing = False
+        self.done = True
+        self.side = ""
+
+    def can_time(self) -> bool:
+        return not self.capturing
+
+    def start(self) -> Any:
+        return None
+
+    def stop(self, started: Any) -> Any:
+        return self.side
+
+    def ready(self, timed: Any) -> bool:
+        return self.done
+
+    def cost_ms(self, timed: Any) -> float:
+        return self.cost[timed]
+
+
+class Sides:
+    """The two boxed callables; each records its calls and empties the list."""
+
+    def __init__(self, timer: ScriptedTimer, fail_eager: bool = False) -> None:
+        self.calls: list[str] = []
+        self.timer = timer
+        self.fail_eager = fail_eager
+
+    def compiled(self, args: list[Any]) -> list[Any]:
+        return self._run(COMPILED, args)
+
+    def eager(self, args: list[Any]) -> list[Any]:
+        if self.fail_eager:
+            raise torch.OutOfMemoryError("eager needs more memory")
+        return self._run(EAGER, args)
+
+    def _run(self, side: str, args: list[Any]) -> list[Any]:
+        self.timer.side = side
+        self.calls.append(side)
+        inputs = list(args)
+        args.clear()
+        return [inputs[0] * 2]
+
+
+def _drive(floor: EagerFloor, sides: Sides, calls: int, x: torch.Tensor) -> None:
+    for _ in range(calls):
+        if floor.choice is None:
+            out = floor.run([x], sides.compiled, sides.eager)
+        else:
+            out = (sides.eager if floor.choice == EAGER else sides.compiled)([x])
+        assert torch.equal(out[0], x * 2)  # every call computes its outputs
+
+
+def test_alternates_then_keeps_the_cheaper_side() -> None:
+    timer = ScriptedTimer(compiled_ms=4.0, eager_ms=1.0)
+    sides = Sides(timer)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    _drive(floor, sides, 2 * SETTINGS.warmup + 2 * SETTINGS.samples, torch.ones(3))
+    assert floor.choice is None  # all samples taken; the choice waits for one more call
+    warmup = [COMPILED] * SETTINGS.warmup + [EAGER] * SETTINGS.warmup
+    assert sides.calls == warmup + [COMPILED, EAGER] * SETTINGS.samples
+    _drive(floor, sides, 3, torch.ones(3))
+    assert floor.choice == EAGER
+    assert (floor.compiled_ms, floor.eager_ms) == (4.0, 1.0)
+    assert sides.calls[-2:] == [EAGER, EAGER]
+    assert "runs eager" in floor.describe()
+
+
+def test_compiled_keeps_the_calls_inside_the_margin() -> None:
+    timer = ScriptedTimer(compiled_ms=1.0, eager_ms=0.97)  # 3 % cheaper: noise
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    _drive(floor, Sides(timer), 20, torch.ones(2))
+    assert floor.choice == COMPILED
+
+
+def test_the_choice_waits_for_the_last_record() -> None:
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    timer.done = False
+    sides = Sides(timer)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    _drive(floor, sides, 30, torch.ones(2))
+    assert floor.choice is None
+    assert sides.calls[-5:] == [COMPILED] * 5  # no more eager runs once sampled
+    timer.done = True
+    _drive(floor, sides, 1, torch.ones(2))
+    assert floor.choice == EAGER
+
+
+def test_only_the_first_shape_is_timed() -> None:
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    sides = Sides(timer)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    _drive(floor, sides, 2 * SETTINGS.warmup + 1, torch.ones(2))  # one timed call, shape (2,)
+    before = list(sides.calls)
+    _drive(floor, sides, 4, torch.ones(5))
+    assert sides.calls[len(before) :] == [COMPILED] * 4
+    assert floor.describe().startswith("eager floor: measuring")
+
+
+def test_nothing_is_timed_during_a_capture() -> None:
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    timer.capturing = True
+    sides = Sides(timer)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    _drive(floor, sides, 10, torch.ones(2))
+    assert sides.calls == [COMPILED] * 10 and floor.choice is None
+
+
+def test_a_failing_eager_side_leaves_the_compiled_graph() -> None:
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    sides = Sides(timer, fail_eager=True)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    _drive(floor, sides, 3, torch.ones(2))
+    assert floor.choice == COMPILED
+    assert sides.calls == [COMPILED] * 3  # the failed call ran compiled on its inputs
+
+
+def test_the_choice_is_kept_for_the_next_process(tmp_path: Path) -> None:
+    x = torch.ones(4)
+    path = floor_cache_file(str(tmp_path), "graph text", [x], "options")
+    assert path is not None and path.startswith(str(tmp_path))
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    floor = EagerFloor("g", path, SETTINGS, timer)
+    _drive(floor, Sides(timer), 20, x)
+    assert floor.choice == EAGER and Path(path).exists()
+
+    again = EagerFloor("g", path, SETTINGS, ScriptedTimer(0.0, 0.0))
+    assert (again.choice, again.from_cache, again.eager_ms) == (EAGER, True, 1.0)
+    assert "(cached)" in again.describe()
+
+
+def test_the_key_separates_graphs_shapes_and_options(tmp_path: Path) -> None:
+    root, x = str(tmp_path), torch.ones(4)
+    base = floor_cache_file(root, "graph", [x], "options")
+    assert floor_cache_file(root, "graph", [x], "options") == base
+    assert floor_cache_file(root, "other graph", [x], "options") != base
+    assert floor_cache_file(root, "graph", [torch.ones(5)], "options") != base
+    assert floor_cache_file(root, "graph", [x], "other options") != base
+    assert floor_cache_file(None, "graph", [x], "options") is None
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"version": 1, "choice": "maybe"})])
+def test_a_corrupt_choice_file_is_measured_again(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "choice.json"
+    path.write_text(content)
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    with pytest.warns(UserWarning, match="unreadable choice file"):
+        floor = EagerFloor("g", str(path), SETTINGS, timer)
+    assert floor.choice is None and not floor.from_cache
+    _drive(floor, Sides(timer), 20, torch.ones(2))
+    assert floor.choice == EAGER
+    assert json.loads(path.read_text())["choice"] == EAGER  # rewritten whole
+
+
+def test_explain_shows_the_floor_of_each_graph() -> None:
+    timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    record = GraphRecord("g", "inference", "", None, [], compiled=SimpleNamespace(floor=floor))
+    assert graph_floor(record) == "eager floor: measuring (0 of 3 eager calls timed)"
+    _drive(floor, Sides(timer), 20, torch.ones(2))
+    assert graph_floor(record) == (
+        "eager floor: compiled 3.000 ms, eager 1.000 ms per call: runs eager"
+    )
+    assert graph_floor(GraphRecord("h", "inference", "", None, [])) is None
