@@ -25,7 +25,7 @@ from mybackend.passes.pipeline import PASS_NAMES
 PARTITION = "aot_autograd partition"
 WARM_STAGE = "warm start"  # a loaded graph's stage time: its IR rebuilt from the cache
 CORE_PLANNING = "mybackend core: planning (capability, partition, fusion)"
-CORE_RUNTIME = "mybackend core: runtime (executor, kernel compiles started)"
+CORE_RUNTIME = "mybackend core: codegen and runtime (kernel compiles started, executor)"
 KERNEL_WAIT = "mybackend: waiting for kernel compiles"
 _TORCH = "torch:"  # prefix of torch's own timers in a snapshot
 _MYBACKEND = "mybackend:"  # prefix of mybackend's per-graph compile totals, by graph kind
@@ -131,18 +131,21 @@ def breakdown(
     )
 
     def record_seconds(wanted: Callable[[str], bool]) -> float:
-        return sum(s for r in records for stage, s in r.stage_times if wanted(stage))
+        return float(sum(s for r in records for stage, s in r.stage_times if wanted(stage)))
 
     # The graph passes (mybackend/passes/pipeline.py) run just before lowering.
     lowering = record_seconds(lambda stage: stage == "lowering" or stage in PASS_NAMES)
     # A graph loaded from the warm-start cache: its IR rebuilt (Note [Warm start]).
     rebuilt = record_seconds(lambda stage: stage == WARM_STAGE)
-    # The C++ runtime stage builds the executor and starts the generated
-    # kernels' compile (NVRTC, or the disk cache), which the first run of
-    # the graph waits for if it is not done (KERNEL_WAIT).
-    runtime = record_seconds(lambda stage: stage == "runtime")
+    # The C++ codegen stage starts the generated kernels' compile (NVRTC, or
+    # the disk cache), which the first run of the graph waits for if it is
+    # not done (KERNEL_WAIT); the runtime stage builds the executor.
+    runtime_stages = ("codegen", "runtime")
+    runtime = record_seconds(lambda stage: stage in runtime_stages)
     planning = record_seconds(
-        lambda stage: stage not in ("lowering", "runtime", WARM_STAGE) and stage not in PASS_NAMES
+        lambda stage: (
+            stage not in ("lowering", *runtime_stages, WARM_STAGE) and stage not in PASS_NAMES
+        )
     )
     stages = {
         "dynamo (bytecode tracing, guards)": max(dynamo, 0.0),

@@ -80,7 +80,7 @@ class CudaCallTimer:
 
     def cost_ms(self, timed: Any) -> float:
         start, end, host_ms = timed
-        return max(float(start.elapsed_time(end)), host_ms)
+        return max(float(start.elapsed_time(end)), float(host_ms))
 
 
 @dataclasses.dataclass(frozen=True)

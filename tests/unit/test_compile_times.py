@@ -31,7 +31,7 @@ def test_breakdown_splits_aot_and_mybackend_and_adds_up_to_the_call() -> None:
         compile_times.KERNEL_WAIT: 0.5,  # a run waited for background compiles
     }
     records = [
-        _record("forward", [("lowering", 0.125), ("verify", 0.0625)]),
+        _record("forward", [("lowering", 0.125), ("verify", 0.0625), ("codegen", 0.03125)]),
         _record("backward", [("lowering", 0.125), ("partition", 0.03125), ("runtime", 0.03125)]),
     ]
     stages = compile_times.breakdown(before, after, 20.0, records)
@@ -44,8 +44,8 @@ def test_breakdown_splits_aot_and_mybackend_and_adds_up_to_the_call() -> None:
         "aot_autograd lazy backward": 0.25,  # 0.5 - 0.25
         "mybackend lowering": 0.25,
         compile_times.CORE_PLANNING: 0.09375,  # verify 0.0625 + partition 0.03125
-        compile_times.CORE_RUNTIME: 0.03125,
-        "mybackend other (reports)": 0.125,  # 0.25 + 0.25 - 0.25 - 0.125
+        compile_times.CORE_RUNTIME: 0.0625,  # codegen 0.03125 + runtime 0.03125
+        "mybackend other (reports)": 0.09375,  # 0.25 + 0.25 - 0.25 - 0.09375 - 0.0625
         compile_times.KERNEL_WAIT: 0.5,
         "rest of the call": 9.5,
     }

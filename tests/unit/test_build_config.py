@@ -1,0 +1,97 @@
+"""Build and packaging settings (issue 35, item 3), read without building.
+
+The wheel: platform-specific, its Requires-Dist pinning the torch minor
+version it is built against (tools/build_meta/torch_pin.py), built without
+isolation so no second torch is pulled in. The C++ unit tests: configured by
+every build, built only by tools/run_tests.sh in the same build tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _torch_pin_module() -> ModuleType:
+    entry = PYPROJECT["tool"]["dynamic-metadata"][0]
+    path = ROOT / entry["provider"]["path"] / (entry["provider"]["module"] + ".py")
+    spec = importlib.util.spec_from_file_location("torch_pin", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_build_requires_no_torch() -> None:
+    requires = PYPROJECT["build-system"]["requires"]
+    assert not [r for r in requires if r.startswith("torch")]
+    assert "scikit-build-core>=1.0" in requires  # [[tool.dynamic-metadata]]
+
+
+def test_dependencies_come_from_the_torch_pin() -> None:
+    project = PYPROJECT["project"]
+    assert project["dynamic"] == ["dependencies"]
+    assert "dependencies" not in project
+    (entry,) = PYPROJECT["tool"]["dynamic-metadata"]
+    assert entry["provider"] == {"path": "tools/build_meta", "module": "torch_pin"}
+
+
+def test_torch_pin_names_the_installed_minor_version() -> None:
+    module = _torch_pin_module()
+    major, minor = torch.__version__.split(".")[:2]
+    (entry,) = PYPROJECT["tool"]["dynamic-metadata"]
+    deps = module.dynamic_metadata(entry, {})["dependencies"]
+    assert deps[0] == f"torch=={major}.{minor}.*"
+    assert deps[1:] == ["numpy", "networkx", "sympy"]
+    assert module.dynamic_wheel(entry) == {"dependencies": True}
+
+
+@pytest.mark.parametrize(
+    ("version", "pin"),
+    [
+        ("2.11.0", "torch==2.11.*"),
+        ("2.11.0+cu130", "torch==2.11.*"),
+        ("2.12.0.dev20260101+cpu", "torch==2.12.*"),
+        ("2.13.0a0+git1234abc", "torch==2.13.*"),
+    ],
+)
+def test_torch_requirement(version: str, pin: str) -> None:
+    assert _torch_pin_module().torch_requirement(version) == pin
+
+
+def test_wheel_metadata_pins_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # scikit-build-core's own metadata hook, the one `python -m build --wheel`
+    # calls first: no CMake run, no compile.
+    backend = pytest.importorskip("scikit_build_core.build")
+    monkeypatch.chdir(ROOT)
+    name = backend.prepare_metadata_for_build_wheel(str(tmp_path))
+    metadata = (tmp_path / name / "METADATA").read_text()
+    major, minor = torch.__version__.split(".")[:2]
+    requires = [ln for ln in metadata.splitlines() if ln.startswith("Requires-Dist:")]
+    assert f"Requires-Dist: torch=={major}.{minor}.*" in requires
+    assert "Requires-Dist: numpy" in requires
+
+
+def test_wheel_is_platform_specific() -> None:
+    # A py3-none-any tag would come from wheel.py-api = "py3" or a build with
+    # no compiled module; _C is installed into the wheel's platlib.
+    assert PYPROJECT["tool"]["scikit-build"]["wheel"].get("py-api", "") == ""
+    cmake = (ROOT / "src_cpp" / "CMakeLists.txt").read_text()
+    assert "install(TARGETS _C LIBRARY DESTINATION mybackend)" in cmake
+
+
+def test_cpp_tests_are_built_by_the_test_command_only() -> None:
+    assert "add_subdirectory(tests/cpp EXCLUDE_FROM_ALL)" in (ROOT / "CMakeLists.txt").read_text()
+    setup = (ROOT / "tools" / "setup.sh").read_text()
+    run_tests = (ROOT / "tools" / "run_tests.sh").read_text()
+    assert "mybackend_cpp_tests" not in setup and "ctest" not in setup
+    assert "--target mybackend_cpp_tests" in run_tests
