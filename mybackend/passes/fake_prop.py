@@ -188,6 +188,14 @@ def _contiguous_clone_of(value: torch.fx.Node) -> torch.fx.Node | None:
     return None
 
 
+def output_values(gm: torch.fx.GraphModule) -> list[Any]:
+    """The graph outputs' traced values (None for a non-node output): what
+    restore_output_strides gives back after a rewrite."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    outputs = output.args[0] if isinstance(output.args[0], list | tuple) else [output.args[0]]
+    return [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
+
+
 def restore_output_strides(gm: torch.fx.GraphModule, original: list[Any]) -> int:
     """Returns graph outputs in their original strides; returns the copies made."""
     output = next(n for n in gm.graph.nodes if n.op == "output")

@@ -65,6 +65,7 @@ from mybackend.passes.fake_prop import (
     Repropagation,
     copy_graph,
     insert_clone,
+    output_values,
     restore_output_strides,
 )
 from mybackend.passes.layout_contracts import honour_layout_contracts
@@ -190,9 +191,7 @@ def plan_channels_last(
     convs = _planned_convolutions(gm.graph, device_types)
     if not convs or detect_fake_mode(example_inputs) is None:
         return gm, 0
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    outputs = output.args[0] if isinstance(output.args[0], list | tuple) else [output.args[0]]
-    original = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
+    original = output_values(gm)
 
     graph, traced = copy_graph(gm)
     planned = new_graph_module(gm, graph)

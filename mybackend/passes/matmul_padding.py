@@ -63,6 +63,7 @@ from mybackend.passes.fake_prop import (
     Repropagation,
     copy_graph,
     insert_clone,
+    output_values,
     restore_output_strides,
 )
 from mybackend.passes.layout_contracts import honour_layout_contracts
@@ -332,9 +333,7 @@ def pad_matmuls(
     # graphs, 0.4-0.5 s of its first training call on a 2-core CPU machine).
     if not any(_misaligned_product(node, device_types) for node in gm.graph.nodes):
         return gm, 0
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    outputs = output.args[0] if isinstance(output.args[0], list | tuple) else [output.args[0]]
-    original = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in outputs]
+    original = output_values(gm)
     graph, traced = copy_graph(gm)
     padded = new_graph_module(gm, graph)
     propagation = Repropagation(padded)
