@@ -165,7 +165,7 @@ py::dict report_to_dict(const CompiledGraph& compiled) {
       const KernelGroup& group = plan.groups[g];
       py::dict kernel;
       kernel["partition"] = plan.partition;
-      kernel["kind"] = std::string(kernel_kind_name(group.kind));
+      kernel["kind"] = std::string(kernel_kind_name(group.kind()));
       kernel["nodes"] = group.nodes;
       kernel["why"] = group.why;
       kernel["spec"] = group.spec;

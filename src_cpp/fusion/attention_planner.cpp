@@ -348,14 +348,13 @@ std::string decomposed_problem(const Graph& graph, const AttentionSpec& spec) {
 
 void claim(ClaimedGroups& claimed, std::set<NodeId> members, std::shared_ptr<AttentionSpec> spec) {
   KernelGroup group;
-  group.kind = KernelKind::Attention;
   group.nodes.assign(members.begin(), members.end());
   group.spec = spec->to_string();
   group.why = "cuDNN SDPA graph for " + std::string(attention_source_name(spec->source)) +
               (spec->bias >= 0 ? " with bias" : "") + (spec->causal ? ", causal" : "") +
               (spec->stack.value >= 0 ? ", gradients written into their concatenation" : "") +
               "; the aten op if cuDNN declines at run time";
-  group.attention = std::move(spec);
+  group.set(std::move(spec));
   claimed.claim(std::move(group));
 }
 

@@ -244,14 +244,13 @@ void ConvPlanner::claim(const std::vector<NodeId>& partition_nodes, ClaimedGroup
       continue;
     }
     KernelGroup group;
-    group.kind = KernelKind::Conv;
     group.nodes.assign(ctx.members.begin(), ctx.members.end());
     group.spec = spec->to_string();
     group.why = spec->direction == ConvDirection::Forward
                     ? "cuDNN conv_fprop with epilogue " + spec->epilogue_name()
                     : std::string("cuDNN conv_dgrad/conv_wgrad per output_mask");
     for (const std::string& note : ctx.notes) group.why += "; " + note;
-    group.conv = std::move(spec);
+    group.set(std::move(spec));
     claimed.claim(std::move(group));
   }
 }

@@ -20,7 +20,7 @@ std::string FusionPlan::to_string() const {
   for (const PartitionPlan& plan : partitions) {
     out << "partition " << std::to_string(plan.partition) << "\n";
     for (const KernelGroup& group : plan.groups) {
-      out << "  " << kernel_kind_name(group.kind) << " nodes=[";
+      out << "  " << kernel_kind_name(group.kind()) << " nodes=[";
       for (std::size_t k = 0; k < group.nodes.size(); ++k)
         out << (k ? "," : "") << std::to_string(group.nodes[k]);
       out << "]\n";
@@ -87,8 +87,7 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     } else {
       // CPU partitions (and CUDA ones no engine touches): one ATen sequence,
       // exactly as before the CUDA engines.
-      KernelGroup group;
-      group.kind = KernelKind::AtenSequence;
+      KernelGroup group;  // AtenSequence: no payload
       group.nodes.assign(nodes.begin(), nodes.end());
       group.why = "no generated-kernel engine claims these nodes on this target";
       for (const auto& [node, reason] : claimed.refusals())

@@ -28,10 +28,13 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "capability/registry.h"
+#include "common/error.h"
 #include "partition/partitioner.h"
 #include "spec/attention_spec.h"
 #include "spec/conv_spec.h"
@@ -130,21 +133,78 @@ struct PoolGroup {
   std::array<std::int64_t, 2> kernel{}, stride{}, padding{}, dilation{};
 };
 
+// Note [One payload per group]
+// A group's payload is what its engine runs: its group struct (generated
+// kinds) or its library spec, or nothing for an ATen sequence. It is one
+// variant whose alternatives follow KernelKind's order, so a group's kind is
+// the index of the alternative it holds: the kind and the payload cannot
+// disagree (the struct had a kind and one pointer per kind, any of which
+// could be set). A new kind adds its alternative here and its term to the
+// static_assert that checks the order, and one row in
+// runtime/kernel_kinds.cpp (Note [One row per kernel kind]). set() refuses
+// a null payload, so a group of an engine kind always has what its engine
+// runs, and its kind alone says whether an engine runs it.
+using KernelPayload = std::variant<std::monostate,                         // AtenSequence
+                                   std::shared_ptr<const PointwiseGroup>,  // Pointwise
+                                   std::shared_ptr<const ReductionGroup>,  // Reduction
+                                   std::shared_ptr<const NormGroup>,       // Norm
+                                   std::shared_ptr<const MatmulSpec>,      // Matmul
+                                   std::shared_ptr<const AttentionSpec>,   // Attention
+                                   std::shared_ptr<const ConvSpec>,        // Conv
+                                   std::shared_ptr<const CastGroup>,       // CastGroup
+                                   std::shared_ptr<const PoolGroup>>;      // Pool
+
+// True when `Spec` is the payload of `kind` (its alternative's index).
+template <KernelKind kind, class Spec>
+constexpr bool is_payload_of =
+    std::is_same_v<std::variant_alternative_t<kind_index(kind), KernelPayload>,
+                   std::shared_ptr<const Spec>>;
+
+static_assert(std::variant_size_v<KernelPayload> == kKernelKindCount,
+              "every kernel kind but AtenSequence needs a payload");
+static_assert(is_payload_of<KernelKind::Pointwise, PointwiseGroup> &&
+                  is_payload_of<KernelKind::Reduction, ReductionGroup> &&
+                  is_payload_of<KernelKind::Norm, NormGroup> &&
+                  is_payload_of<KernelKind::Matmul, MatmulSpec> &&
+                  is_payload_of<KernelKind::Attention, AttentionSpec> &&
+                  is_payload_of<KernelKind::Conv, ConvSpec> &&
+                  is_payload_of<KernelKind::CastGroup, CastGroup> &&
+                  is_payload_of<KernelKind::Pool, PoolGroup>,
+              "KernelPayload's alternatives follow KernelKind's order");
+
 struct KernelGroup {
-  KernelKind kind = KernelKind::AtenSequence;
   std::vector<NodeId> nodes;  // ascending: the order they run in (aten_sequence)
   std::string why;            // why this kind was chosen, for explain()
-  std::shared_ptr<const PointwiseGroup> pointwise;  // kind == Pointwise
-  std::shared_ptr<const ReductionGroup> reduction;  // kind == Reduction
-  std::shared_ptr<const NormGroup> norm;            // kind == Norm
-  std::shared_ptr<const MatmulSpec> matmul;         // kind == Matmul
-  std::shared_ptr<const AttentionSpec> attention;   // kind == Attention
-  std::shared_ptr<const ConvSpec> conv;             // kind == Conv
-  std::shared_ptr<const CastGroup> casts;           // kind == CastGroup
-  std::shared_ptr<const PoolGroup> pool;            // kind == Pool
   // The spec text (of the fast variant for generated groups, or the
   // Matmul/Attention/ConvSpec's to_string); empty for aten_sequence groups.
   std::string spec;
+
+  // Note [One payload per group]: AtenSequence until set() gives a payload.
+  KernelKind kind() const { return static_cast<KernelKind>(payload_.index()); }
+
+  // The payload if the group is of Spec's kind, else null.
+  template <class Spec>
+  const Spec* get() const {
+    const auto* held = std::get_if<std::shared_ptr<const Spec>>(&payload_);
+    return held != nullptr ? held->get() : nullptr;
+  }
+
+  // The same, shared: for the runners and kernel builds that keep it.
+  template <class Spec>
+  std::shared_ptr<const Spec> shared() const {
+    const auto* held = std::get_if<std::shared_ptr<const Spec>>(&payload_);
+    return held != nullptr ? *held : nullptr;
+  }
+
+  // Makes the group of Spec's kind; `payload` is never null.
+  template <class Spec>
+  void set(std::shared_ptr<Spec> payload) {
+    MB_ASSERT(payload != nullptr, "a kernel group's payload is null");
+    payload_ = std::shared_ptr<const std::remove_const_t<Spec>>(std::move(payload));
+  }
+
+ private:
+  KernelPayload payload_;
 };
 
 struct PartitionPlan {

@@ -352,7 +352,6 @@ void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
       continue;
     }
     KernelGroup group;
-    group.kind = KernelKind::Matmul;
     group.nodes.assign(ctx.members.begin(), ctx.members.end());
     group.spec = spec->to_string();
     group.why = "cuBLASLt " + node.op.substr(6) + " with epilogue " +
@@ -363,7 +362,7 @@ void MatmulPlanner::claim(const std::vector<NodeId>& partition_nodes,
       group.why += "; written in " + std::string(dtype_short_name(spec->out_dtype)) +
                    " (the upcast joined the product)";
     for (const std::string& note : ctx.notes) group.why += "; " + note;
-    group.matmul = std::move(spec);
+    group.set(std::move(spec));
     claimed.claim(std::move(group));
   }
 }

@@ -551,9 +551,8 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       out.push_back(claimed.groups()[static_cast<std::size_t>(unit.claimed)]);
     } else if (unit.casts) {
       KernelGroup group;
-      group.kind = KernelKind::CastGroup;
       group.nodes = unit.nodes;
-      group.casts = unit.casts;
+      group.set(unit.casts);
       group.spec = unit.casts->spec.to_string();
       group.why = "grouped " + std::to_string(unit.casts->outputs.size()) +
                   " independent dtype casts into one generated multi-tensor kernel (Note "
@@ -565,9 +564,8 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       out.push_back(std::move(group));
     } else if (unit.pointwise) {
       KernelGroup group;
-      group.kind = KernelKind::Pointwise;
       group.nodes = unit.nodes;
-      group.pointwise = unit.pointwise;
+      group.set(unit.pointwise);
       group.spec = unit.pointwise->spec.to_string();
       group.why = "fused " + std::to_string(unit.nodes.size()) +
                   " elementwise ops into one generated kernel (" +
@@ -577,10 +575,8 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       out.push_back(std::move(group));
     } else {
       const NodeId n = unit.nodes[0];
-      if (out.empty() || out.back().kind != KernelKind::AtenSequence) {
-        KernelGroup group;
-        group.kind = KernelKind::AtenSequence;
-        out.push_back(std::move(group));
+      if (out.empty() || out.back().kind() != KernelKind::AtenSequence) {
+        out.emplace_back();  // an AtenSequence: no payload
       }
       out.back().nodes.push_back(n);
     }
@@ -596,7 +592,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   // op".
   for (const auto& [node, reason] : claimed.refusals()) refusals[node] = reason;
   for (KernelGroup& group : out) {
-    if (group.kind != KernelKind::AtenSequence) continue;
+    if (group.kind() != KernelKind::AtenSequence) continue;
     std::string why;
     for (NodeId n : group.nodes) {
       auto r = refusals.find(n);

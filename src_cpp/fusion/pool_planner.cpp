@@ -275,7 +275,6 @@ void claim_pool_groups(const GraphIndex& index, const std::vector<NodeId>& parti
       continue;
     }
     KernelGroup group;
-    group.kind = KernelKind::Pool;
     group.nodes.assign(members.begin(), members.end());
     group.spec = built->spec.to_string();
     group.why = std::string(pool.backward ? "max_pool2d_backward (" : "max_pool2d (") +
@@ -285,7 +284,7 @@ void claim_pool_groups(const GraphIndex& index, const std::vector<NodeId>& parti
                 (pool.backward               ? "; a gather over the windows, no atomics"
                  : built->spec.store_indices ? "; indices stored"
                                              : "; indices not stored (nothing reads them)");
-    group.pool = std::move(built);
+    group.set(std::move(built));
     claimed.claim(std::move(group));
   }
 }

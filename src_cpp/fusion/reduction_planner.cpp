@@ -43,9 +43,8 @@ struct Claimer {
     const std::string epilogue = take_norm_epilogue(
         index, [this](NodeId p) { return free(p); }, &match);
     KernelGroup group;
-    group.kind = KernelKind::Norm;
     group.nodes = match.nodes;
-    group.norm = match.group;
+    group.set(match.group);
     group.spec = match.group->spec.to_string();
     group.why =
         kind_text(match.group->spec.kind) + " as one generated row-wise kernel" +
@@ -97,9 +96,8 @@ struct Claimer {
       return;
     }
     KernelGroup group;
-    group.kind = KernelKind::Reduction;
     group.nodes.assign(members.begin(), members.end());
-    group.reduction = built;
+    group.set(built);
     group.spec = built->spec.to_string();
     group.why =
         std::string(reduce_op_name(r.op)) + " (" + std::string(reduce_axis_name(built->spec.axis)) +

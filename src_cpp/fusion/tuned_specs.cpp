@@ -1,6 +1,7 @@
 #include "fusion/tuned_specs.h"
 
 #include <memory>
+#include <utility>
 
 namespace mybackend {
 namespace {
@@ -35,21 +36,27 @@ std::shared_ptr<const CastGroup> tuned(const CastGroup& group, const LaunchTunin
   return out;
 }
 
+// Gives `group` a tuned copy of its payload `planned` (the planned one may
+// be shared: it is not edited in place).
+template <class Group>
+void retune(KernelGroup& group, const Group& planned, const LaunchTuning& tuning) {
+  std::shared_ptr<const Group> out = tuned(planned, tuning);
+  group.spec = out->spec.to_string();
+  group.set(std::move(out));
+}
+
 }  // namespace
 
 void apply_launch_tuning(FusionPlan& plan, const LaunchTuning& tuning) {
   if (tuning == LaunchTuning{}) return;
   for (PartitionPlan& partition : plan.partitions) {
     for (KernelGroup& group : partition.groups) {
-      if (group.kind == KernelKind::Pointwise && group.pointwise) {
-        group.pointwise = tuned(*group.pointwise, tuning);
-        group.spec = group.pointwise->spec.to_string();
-      } else if (group.kind == KernelKind::Norm && group.norm) {
-        group.norm = tuned(*group.norm, tuning);
-        group.spec = group.norm->spec.to_string();
-      } else if (group.kind == KernelKind::CastGroup && group.casts) {
-        group.casts = tuned(*group.casts, tuning);
-        group.spec = group.casts->spec.to_string();
+      if (const auto* pointwise = group.get<PointwiseGroup>()) {
+        retune(group, *pointwise, tuning);
+      } else if (const auto* norm = group.get<NormGroup>()) {
+        retune(group, *norm, tuning);
+      } else if (const auto* casts = group.get<CastGroup>()) {
+        retune(group, *casts, tuning);
       }
     }
   }

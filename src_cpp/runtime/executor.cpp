@@ -101,7 +101,7 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion, CompileFutures& c
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
       if (!runs_on_engine(group)) continue;
-      const KernelKindTraits& traits = kernel_kind_traits(group.kind);
+      const KernelKindTraits& traits = kernel_kind_traits(group.kind());
       EngineGroup entry;
       entry.status.partition = plan.partition;
       entry.status.group = static_cast<int>(g);

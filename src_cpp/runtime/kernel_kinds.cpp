@@ -1,6 +1,7 @@
 #include "runtime/kernel_kinds.h"
 
 #include <exception>
+#include <memory>
 
 #include "common/error.h"
 #include "runtime/libraries/attention_group.h"
@@ -15,52 +16,61 @@
 namespace mybackend {
 namespace {
 
-template <auto Field>
-bool has(const KernelGroup& group) {
-  return static_cast<bool>(group.*Field);
+// The payload of a group of Spec's kind: a row's hooks are called only for
+// groups of the row's kind (Note [One payload per group]).
+template <class Spec>
+std::shared_ptr<const Spec> payload(const KernelGroup& group) {
+  std::shared_ptr<const Spec> held = group.shared<Spec>();
+  MB_ASSERT(held != nullptr, "a ", kernel_kind_name(group.kind()),
+            " group reached a row for another kind's payload");
+  return held;
 }
 
-template <auto Field, auto Make>
+template <class Spec, auto Make>
 RunnerResult make_with(const Graph& graph, const KernelGroup& group) {
-  return Make(graph, group.*Field);
+  return Make(graph, payload<Spec>(group));
 }
 
 #ifdef MYBACKEND_WITH_CUDA
-template <auto Field, auto Build>
+template <class Spec, auto Build>
 KernelBuild build_with(const Graph& graph, const KernelGroup& group) {
-  return Build(graph, group.*Field);
+  return Build(graph, payload<Spec>(group));
 }
-template <auto Field, auto Emit>
+template <class Spec, auto Emit>
 std::string source_with(const KernelGroup& group) {
-  return Emit((group.*Field)->spec).source;
+  return Emit(payload<Spec>(group)->spec).source;
 }
-#define MB_BUILD(field, build) (&build_with<&KernelGroup::field, &build>)
-#define MB_SOURCE(field, emit) (&source_with<&KernelGroup::field, &emit>)
+#define MB_BUILD(Spec, build) (&build_with<Spec, &build>)
+#define MB_SOURCE(Spec, emit) (&source_with<Spec, &emit>)
 #else
-#define MB_BUILD(field, build) nullptr  // no generated kernels without CUDA
-#define MB_SOURCE(field, emit) nullptr
+#define MB_BUILD(Spec, build) nullptr  // no generated kernels without CUDA
+#define MB_SOURCE(Spec, emit) nullptr
 #endif
 
-std::vector<ValueId> pointwise_outputs(const KernelGroup& g) { return g.pointwise->outputs; }
-std::vector<ValueId> reduction_outputs(const KernelGroup& g) { return g.reduction->outputs; }
-std::vector<ValueId> cast_group_outputs(const KernelGroup& g) { return g.casts->outputs; }
+// The pointwise, reduction and cast groups write their `outputs`.
+template <class Spec>
+std::vector<ValueId> outputs_of(const KernelGroup& g) {
+  return payload<Spec>(g)->outputs;
+}
 
 std::vector<ValueId> norm_outputs(const KernelGroup& g) {
   std::vector<ValueId> out;
-  for (const auto& [name, value] : g.norm->outputs)
+  for (const auto& [name, value] : payload<NormGroup>(g)->outputs)
     if (value >= 0) out.push_back(value);
   return out;
 }
 
 std::vector<ValueId> pool_outputs(const KernelGroup& g) {
-  std::vector<ValueId> out{g.pool->output};
-  if (g.pool->spec.store_indices) out.push_back(g.pool->indices);
+  const std::shared_ptr<const PoolGroup> pool = payload<PoolGroup>(g);
+  std::vector<ValueId> out{pool->output};
+  if (pool->spec.store_indices) out.push_back(pool->indices);
   return out;
 }
 
 std::vector<ValueId> matmul_outputs(const KernelGroup& g) {
-  std::vector<ValueId> out{g.matmul->output};
-  if (g.matmul->bias_grad >= 0) out.push_back(g.matmul->bias_grad);
+  const std::shared_ptr<const MatmulSpec> matmul = payload<MatmulSpec>(g);
+  std::vector<ValueId> out{matmul->output};
+  if (matmul->bias_grad >= 0) out.push_back(matmul->bias_grad);
   return out;
 }
 
@@ -68,9 +78,11 @@ std::vector<ValueId> matmul_outputs(const KernelGroup& g) {
 // (Note [Conv layout]): no planned buffers.
 std::vector<ValueId> no_values(const KernelGroup&) { return {}; }
 
-std::vector<ValueId> matmul_reads(const KernelGroup& g) { return g.matmul->inputs(); }
-std::vector<ValueId> attention_reads(const KernelGroup& g) { return g.attention->inputs(); }
-std::vector<ValueId> conv_reads(const KernelGroup& g) { return g.conv->inputs(); }
+// The library kinds read their spec's inputs().
+template <class Spec>
+std::vector<ValueId> inputs_of(const KernelGroup& g) {
+  return payload<Spec>(g)->inputs();
+}
 
 constexpr const char* kGeneratedFallbacks = "generated_kernel_fallbacks";
 
@@ -79,32 +91,31 @@ using E = Engine;
 
 // Note [One row per kernel kind]: in KernelKind order (checked below).
 constexpr KernelKindTraits kTable[] = {
-    {K::AtenSequence, E::Aten, "mybackend::aten_sequence", nullptr, nullptr, nullptr, nullptr,
-     false, nullptr, nullptr, nullptr, nullptr},
+    {K::AtenSequence, E::Aten, "mybackend::aten_sequence", nullptr, nullptr, nullptr, false,
+     nullptr, nullptr, nullptr, nullptr},
     {K::Pointwise, E::Generated, "mybackend::pointwise", "generated_pointwise_run",
-     kGeneratedFallbacks, &has<&KernelGroup::pointwise>, &pointwise_outputs, false, &no_values,
-     nullptr, MB_BUILD(pointwise, pointwise_build), MB_SOURCE(pointwise, emit_pointwise)},
+     kGeneratedFallbacks, &outputs_of<PointwiseGroup>, false, &no_values, nullptr,
+     MB_BUILD(PointwiseGroup, pointwise_build), MB_SOURCE(PointwiseGroup, emit_pointwise)},
     {K::Reduction, E::Generated, "mybackend::reduction", "generated_reductions_run",
-     kGeneratedFallbacks, &has<&KernelGroup::reduction>, &reduction_outputs, false, &no_values,
-     nullptr, MB_BUILD(reduction, reduction_build), MB_SOURCE(reduction, emit_reduction)},
+     kGeneratedFallbacks, &outputs_of<ReductionGroup>, false, &no_values, nullptr,
+     MB_BUILD(ReductionGroup, reduction_build), MB_SOURCE(ReductionGroup, emit_reduction)},
     {K::Norm, E::Generated, "mybackend::norm", "generated_norms_run", kGeneratedFallbacks,
-     &has<&KernelGroup::norm>, &norm_outputs, false, &no_values, nullptr,
-     MB_BUILD(norm, norm_build), MB_SOURCE(norm, emit_norm)},
+     &norm_outputs, false, &no_values, nullptr, MB_BUILD(NormGroup, norm_build),
+     MB_SOURCE(NormGroup, emit_norm)},
     {K::Matmul, E::Library, "mybackend::matmul", "matmul_groups_run", "matmul_fallbacks",
-     &has<&KernelGroup::matmul>, &matmul_outputs, true, &matmul_reads,
-     &make_with<&KernelGroup::matmul, &make_matmul_runner>, nullptr, nullptr},
+     &matmul_outputs, true, &inputs_of<MatmulSpec>, &make_with<MatmulSpec, &make_matmul_runner>,
+     nullptr, nullptr},
     {K::Attention, E::Library, "mybackend::attention", "attention_groups_run",
-     "attention_fallbacks", &has<&KernelGroup::attention>, &no_values, false, &attention_reads,
-     &make_with<&KernelGroup::attention, &make_attention_runner>, nullptr, nullptr},
-    {K::Conv, E::Library, "mybackend::conv", "conv_groups_run", "conv_fallbacks",
-     &has<&KernelGroup::conv>, &no_values, false, &conv_reads,
-     &make_with<&KernelGroup::conv, &make_conv_runner>, nullptr, nullptr},
+     "attention_fallbacks", &no_values, false, &inputs_of<AttentionSpec>,
+     &make_with<AttentionSpec, &make_attention_runner>, nullptr, nullptr},
+    {K::Conv, E::Library, "mybackend::conv", "conv_groups_run", "conv_fallbacks", &no_values, false,
+     &inputs_of<ConvSpec>, &make_with<ConvSpec, &make_conv_runner>, nullptr, nullptr},
     {K::CastGroup, E::Generated, "mybackend::cast_group", "generated_cast_groups_run",
-     kGeneratedFallbacks, &has<&KernelGroup::casts>, &cast_group_outputs, false, &no_values,
-     nullptr, MB_BUILD(casts, cast_group_build), MB_SOURCE(casts, emit_cast_group)},
+     kGeneratedFallbacks, &outputs_of<CastGroup>, false, &no_values, nullptr,
+     MB_BUILD(CastGroup, cast_group_build), MB_SOURCE(CastGroup, emit_cast_group)},
     {K::Pool, E::Generated, "mybackend::pool", "generated_pools_run", kGeneratedFallbacks,
-     &has<&KernelGroup::pool>, &pool_outputs, false, &no_values, nullptr,
-     MB_BUILD(pool, pool_build), MB_SOURCE(pool, emit_pool)},
+     &pool_outputs, false, &no_values, nullptr, MB_BUILD(PoolGroup, pool_build),
+     MB_SOURCE(PoolGroup, emit_pool)},
 };
 static_assert(sizeof(kTable) / sizeof(kTable[0]) == kKernelKindCount,
               "every kernel kind needs a row");
@@ -127,14 +138,15 @@ const KernelKindTraits& kernel_kind_traits(KernelKind kind) {
   return kTable[index];
 }
 
+// A group of an engine kind always has its payload (Note [One payload per
+// group]): its kind alone says whether an engine runs it.
 bool runs_on_engine(const KernelGroup& group) {
-  const KernelKindTraits& traits = kernel_kind_traits(group.kind);
-  return traits.engine != Engine::Aten && traits.has_engine_spec(group);
+  return kernel_kind_traits(group.kind()).engine != Engine::Aten;
 }
 
 std::string generated_source(const KernelGroup& group) {
-  const KernelKindTraits& traits = kernel_kind_traits(group.kind);
-  if (traits.source == nullptr || !traits.has_engine_spec(group)) return {};
+  const KernelKindTraits& traits = kernel_kind_traits(group.kind());
+  if (traits.source == nullptr) return {};
   try {
     return traits.source(group);
   } catch (const std::exception& e) {
@@ -147,8 +159,8 @@ std::vector<GeneratedGroup> generated_groups(const FusionPlan& fusion) {
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
-      const KernelKindTraits& traits = kernel_kind_traits(group.kind);
-      if (traits.engine != Engine::Generated || !traits.has_engine_spec(group)) continue;
+      const KernelKindTraits& traits = kernel_kind_traits(group.kind());
+      if (traits.engine != Engine::Generated) continue;
       out.push_back(GeneratedGroup{group, traits.build, plan.partition, static_cast<int>(g)});
     }
   }

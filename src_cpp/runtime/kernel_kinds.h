@@ -4,11 +4,14 @@
 // The executor, its counters, the stats() dictionary and the profiler
 // ranges used to name every kind in a switch of their own; a new kind meant
 // editing each. Now they read this table: a new kind adds its group (spec/,
-// fusion/), its planner, its runner (runtime/generated/ or
-// runtime/libraries/) and one row in kernel_kinds.cpp. A generated kind's
-// row names the function that emits its kernels (the codegen stage compiles
-// them, Note [Kernels compiled beside the caller]); a library kind's row
-// names the function that makes its runner.
+// fusion/) as one alternative of KernelPayload (Note [One payload per
+// group] in fusion/fusion_plan.h), its planner, its runner
+// (runtime/generated/ or runtime/libraries/) and one row in
+// kernel_kinds.cpp. A generated kind's row names the function that emits
+// its kernels (the codegen stage compiles them, Note [Kernels compiled
+// beside the caller]); a library kind's row names the function that makes
+// its runner. A row's hooks read the group's payload: they are called only
+// for groups of the row's kind, and a group's kind is its payload's.
 #pragma once
 
 #include <array>
@@ -39,8 +42,6 @@ struct KernelKindTraits {
   // (generated kinds share one fallback key). Null for ATen sequences.
   const char* run_counter = nullptr;
   const char* fallback_counter = nullptr;
-  // Whether the group carries what its engine needs (else it runs as ATen calls).
-  bool (*has_engine_spec)(const KernelGroup&) = nullptr;
   // The values the engine writes: the memory plan may place them in buffers.
   std::vector<ValueId> (*outputs)(const KernelGroup&) = nullptr;
   // Whether those buffers are sized as contiguous tensors (else by strides).

@@ -74,7 +74,7 @@ struct Planned {
     std::vector<const KernelGroup*> found;
     for (const auto& p : plan.partitions) {
       for (const auto& g : p.groups) {
-        if (g.kind == kind) found.push_back(&g);
+        if (g.kind() == kind) found.push_back(&g);
       }
     }
     return found;

@@ -58,7 +58,7 @@ TEST(AttentionPlanner, FlashForwardInInferenceIsOneGroupWithoutStats) {
   Planned p = plan(g.b, defaults());
   const KernelGroup& group = only_attention(p);
   EXPECT_EQ(group.nodes, (std::vector<NodeId>{0}));
-  const AttentionSpec& spec = *group.attention;
+  const AttentionSpec& spec = *group.get<AttentionSpec>();
   EXPECT_EQ(spec.source, AttentionSource::FlashForward);
   EXPECT_EQ(spec.q, g.q);
   EXPECT_EQ(spec.k, g.k);
@@ -77,7 +77,7 @@ TEST(AttentionPlanner, FlashForwardInTrainingProducesWhatTheBackwardReads) {
   // sequence lengths and the RNG state.
   g.b.set_outputs({v(g.outs[0]), v(g.outs[1]), v(g.outs[4]), v(g.outs[6]), v(g.outs[7])});
   Planned p = plan(g.b, defaults());
-  const AttentionSpec& spec = *only_attention(p).attention;
+  const AttentionSpec& spec = *only_attention(p).get<AttentionSpec>();
   EXPECT_EQ(spec.logsumexp, g.outs[1]);
   EXPECT_EQ(spec.extra_outputs, (std::vector<ValueId>{g.outs[4], g.outs[6], g.outs[7]}));
 }
@@ -144,7 +144,7 @@ struct EfficientBackward {
 TEST(AttentionPlanner, EfficientBackwardWithBiasIsOneGroup) {
   EfficientBackward g(false);
   Planned p = plan(g.b, defaults());
-  const AttentionSpec& spec = *only_attention(p).attention;
+  const AttentionSpec& spec = *only_attention(p).get<AttentionSpec>();
   EXPECT_EQ(spec.source, AttentionSource::EfficientBackward);
   EXPECT_EQ(spec.grad_out, g.grad);
   EXPECT_EQ(spec.bias, g.bias);
@@ -190,7 +190,7 @@ TEST(AttentionPlanner, GradientsReadOnlyByOneConcatenationAreWrittenIntoIt) {
   Planned p = plan(g.b, defaults());
   const KernelGroup& group = only_attention(p);
   EXPECT_EQ(group.nodes.size(), 8u);  // the backward, 3 x (unsqueeze, permute), the cat
-  const AttentionSpec& spec = *group.attention;
+  const AttentionSpec& spec = *group.get<AttentionSpec>();
   ASSERT_EQ(spec.stack.value, g.stacked);
   EXPECT_EQ(spec.stack.dim, 2);
   ASSERT_EQ(spec.stack.parts.size(), 3u);
@@ -212,9 +212,10 @@ TEST(AttentionPlanner, AGradientReadElsewhereIsNotStacked) {
   StackedBackward g({0, 1, 2}, /*dk_returned=*/true);
   Planned p = plan(g.b, defaults());
   const KernelGroup& group = only_attention(p);
-  EXPECT_EQ(group.attention->stack.value, -1);
+  EXPECT_EQ(group.get<AttentionSpec>()->stack.value, -1);
   EXPECT_EQ(group.nodes.size(), 1u);
-  EXPECT_EQ(group.attention->outputs(), (std::vector<ValueId>{g.outs[0], g.outs[1], g.outs[2]}));
+  EXPECT_EQ(group.get<AttentionSpec>()->outputs(),
+            (std::vector<ValueId>{g.outs[0], g.outs[1], g.outs[2]}));
 }
 
 TEST(AttentionPlanner, AConcatenationOfOtherTensorsToo) {
@@ -226,7 +227,7 @@ TEST(AttentionPlanner, AConcatenationOfOtherTensorsToo) {
             tensor(BF16, {2, 16, 128, 64}), "cat");
   g.b.set_outputs({v(cat)});
   Planned p = plan(g.b, defaults());
-  EXPECT_EQ(only_attention(p).attention->stack.value, -1);
+  EXPECT_EQ(only_attention(p).get<AttentionSpec>()->stack.value, -1);
 }
 
 // The aten cuDNN SDPA pair as aot's graphs have them (what sdpa picks on an
@@ -266,8 +267,8 @@ TEST(AttentionPlanner, TheAtenCudnnPairIsPlannedEvenWithoutCudnnAttention) {
   Planned p = plan(g.b, options);
   auto groups = p.groups(KernelKind::Attention);
   ASSERT_EQ(groups.size(), 2u) << p.plan.to_string();
-  const AttentionSpec* forward = groups[0]->attention.get();
-  const AttentionSpec* backward = groups[1]->attention.get();
+  const AttentionSpec* forward = groups[0]->get<AttentionSpec>();
+  const AttentionSpec* backward = groups[1]->get<AttentionSpec>();
   if (attention_is_backward(forward->source)) std::swap(forward, backward);
   EXPECT_EQ(forward->source, AttentionSource::CudnnForward);
   EXPECT_EQ(forward->logsumexp, g.forward[1]);
@@ -358,7 +359,7 @@ TEST(AttentionPlanner, DecomposedPatternWithMaskIsOneGroup) {
   const KernelGroup& group = only_attention(p);
   EXPECT_EQ(static_cast<int>(group.nodes.size()), g.nodes);  // every node of the chain
   EXPECT_TRUE(p.groups(KernelKind::Matmul).empty()) << p.plan.to_string();
-  const AttentionSpec& spec = *group.attention;
+  const AttentionSpec& spec = *group.get<AttentionSpec>();
   EXPECT_EQ(spec.source, AttentionSource::Decomposed);
   EXPECT_EQ(spec.q, g.q);
   EXPECT_EQ(spec.k, g.k);  // K itself: the transpose is seen through
@@ -373,7 +374,7 @@ TEST(AttentionPlanner, DecomposedPatternWithMaskIsOneGroup) {
 TEST(AttentionPlanner, DecomposedPatternWithoutMask) {
   Decomposed g(false);
   Planned p = plan(g.b, defaults());
-  const AttentionSpec& spec = *only_attention(p).attention;
+  const AttentionSpec& spec = *only_attention(p).get<AttentionSpec>();
   EXPECT_EQ(spec.bias, -1);
   EXPECT_DOUBLE_EQ(spec.scale, 0.125);
 }

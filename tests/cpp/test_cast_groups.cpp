@@ -45,21 +45,22 @@ TEST(CastGroups, IndependentCastsOfInputsShareOneKernel) {
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
   const KernelGroup& g = *groups[0];
   EXPECT_EQ(g.nodes, (std::vector<NodeId>{0, 1, 2}));
-  ASSERT_TRUE(g.casts);
-  EXPECT_EQ(g.casts->inputs, inputs);
-  EXPECT_EQ(g.casts->outputs, outputs);
-  EXPECT_EQ(g.casts->pairs, (std::vector<int>{0, 1, 0}));
+  const CastGroup* casts = g.get<CastGroup>();
+  ASSERT_NE(casts, nullptr);
+  EXPECT_EQ(casts->inputs, inputs);
+  EXPECT_EQ(casts->outputs, outputs);
+  EXPECT_EQ(casts->pairs, (std::vector<int>{0, 1, 0}));
   EXPECT_EQ(g.spec, "cast_group pairs=f32->bf16,f32->f16 threads=" +
                         std::to_string(LaunchTuning{}.pw_block) + "\n");
-  EXPECT_EQ(g.spec, g.casts->spec.to_string());
+  EXPECT_EQ(g.spec, casts->spec.to_string());
   EXPECT_NE(g.why.find("grouped 3 independent dtype casts"), std::string::npos) << g.why;
   // Each member keeps its one-cast pointwise group for calls the grouped
   // kernel cannot take.
-  ASSERT_EQ(g.casts->singles.size(), 3u);
+  ASSERT_EQ(casts->singles.size(), 3u);
   for (std::size_t k = 0; k < 3; ++k) {
-    ASSERT_TRUE(g.casts->singles[k]);
-    EXPECT_EQ(g.casts->singles[k]->inputs, (std::vector<ValueId>{inputs[k]}));
-    EXPECT_EQ(g.casts->singles[k]->outputs, (std::vector<ValueId>{outputs[k]}));
+    ASSERT_TRUE(casts->singles[k]);
+    EXPECT_EQ(casts->singles[k]->inputs, (std::vector<ValueId>{inputs[k]}));
+    EXPECT_EQ(casts->singles[k]->outputs, (std::vector<ValueId>{outputs[k]}));
   }
   EXPECT_NE(p.plan.to_string().find("cast_group nodes=[0,1,2]"), std::string::npos)
       << p.plan.to_string();
@@ -86,7 +87,7 @@ TEST(CastGroups, ACastOfALaterResultStaysOutOfTheGroup) {
   const auto alone = p.groups(KernelKind::Pointwise);
   ASSERT_EQ(alone.size(), 1u) << p.plan.to_string();
   EXPECT_EQ(alone[0]->nodes, (std::vector<NodeId>{2}));
-  EXPECT_EQ(alone[0]->pointwise->inputs, (std::vector<ValueId>{f}));
+  EXPECT_EQ(alone[0]->get<PointwiseGroup>()->inputs, (std::vector<ValueId>{f}));
 }
 
 TEST(CastGroups, GroupsNeverFormACycleBetweenThem) {
@@ -178,8 +179,8 @@ TEST(CastGroups, ACastWithALayoutCopyThatKeepsTheOrderJoins) {
   const auto groups = p.groups(KernelKind::CastGroup);
   ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3}));
-  EXPECT_EQ(groups[0]->casts->inputs, (std::vector<ValueId>{w1, w2}));
-  EXPECT_EQ(groups[0]->casts->outputs, (std::vector<ValueId>{l1, l2}));
+  EXPECT_EQ(groups[0]->get<CastGroup>()->inputs, (std::vector<ValueId>{w1, w2}));
+  EXPECT_EQ(groups[0]->get<CastGroup>()->outputs, (std::vector<ValueId>{l1, l2}));
   EXPECT_NE(groups[0]->why.find("grouped 2 independent dtype casts"), std::string::npos)
       << groups[0]->why;
   EXPECT_NE(groups[0]->why.find("Copies beside a cast"), std::string::npos) << groups[0]->why;

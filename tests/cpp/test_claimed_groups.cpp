@@ -4,6 +4,7 @@
 // reasons every claiming planner records reach the ATen groups' why.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ TEST(ClaimedGroups, TheMatmulPlannerClaimsTheBiasGradientSumFirst) {
   auto matmul = p.groups(KernelKind::Matmul);
   ASSERT_EQ(matmul.size(), 1u) << p.plan.to_string();
   EXPECT_EQ(matmul[0]->nodes, (std::vector<NodeId>{0, 1, 2}));
-  EXPECT_EQ(matmul[0]->matmul->epilogue, MatmulEpilogue::BiasGradMat1);
+  EXPECT_EQ(matmul[0]->get<MatmulSpec>()->epilogue, MatmulEpilogue::BiasGradMat1);
   EXPECT_TRUE(p.groups(KernelKind::Reduction).empty()) << p.plan.to_string();
 }
 
@@ -83,9 +84,9 @@ TEST(ClaimedGroups, MatmulEpilogueNormAndPointwiseGroupsInOnePartition) {
   EXPECT_EQ(p.groups(KernelKind::Pointwise)[0]->nodes, (std::vector<NodeId>{4, 5}));
   const auto& groups = p.plan.partitions.at(0).groups;
   ASSERT_EQ(groups.size(), 3u);
-  EXPECT_EQ(groups[0].kind, KernelKind::Matmul);
-  EXPECT_EQ(groups[1].kind, KernelKind::Norm);
-  EXPECT_EQ(groups[2].kind, KernelKind::Pointwise);
+  EXPECT_EQ(groups[0].kind(), KernelKind::Matmul);
+  EXPECT_EQ(groups[1].kind(), KernelKind::Norm);
+  EXPECT_EQ(groups[2].kind(), KernelKind::Pointwise);
 }
 
 TEST(ClaimedGroups, EveryClaimingPlannersRefusalReachesTheAtenGroup) {
@@ -122,7 +123,7 @@ TEST(ClaimedGroups, ClaimingDropsRefusalsAndLaterRefusalsOfClaimedNodes) {
   claimed.refuse(5, "stays");
   EXPECT_EQ(claimed.refusals().at(3), "second look");
   KernelGroup group;
-  group.kind = KernelKind::Reduction;
+  group.set(std::make_shared<ReductionGroup>());
   group.nodes = {2, 3};
   claimed.claim(group);
   EXPECT_TRUE(claimed.claimed(2));

@@ -18,13 +18,13 @@ std::vector<EmittedKernel> kernels_of(const Planned& p) {
   std::vector<EmittedKernel> out;
   for (const auto& part : p.plan.partitions) {
     for (const auto& g : part.groups) {
-      if (g.reduction) {
-        out.push_back(emit_reduction(g.reduction->spec));
-        out.push_back(emit_reduction(g.reduction->general));
+      if (const auto* reduction = g.get<ReductionGroup>()) {
+        out.push_back(emit_reduction(reduction->spec));
+        out.push_back(emit_reduction(reduction->general));
       }
-      if (g.norm) {
-        out.push_back(emit_norm(g.norm->spec));
-        out.push_back(emit_norm(g.norm->general));
+      if (const auto* norm = g.get<NormGroup>()) {
+        out.push_back(emit_norm(norm->spec));
+        out.push_back(emit_norm(norm->general));
       }
     }
   }

@@ -187,9 +187,9 @@ TEST(CodegenPool, PlannedBackwardGroupsCompileToPtx) {
         Planned p = plan(b);
         auto pools = p.groups(KernelKind::Pool);
         ASSERT_EQ(pools.size(), 1u) << p.plan.to_string();
-        EXPECT_TRUE(pools[0]->pool->spec.backward);
-        specs.push_back(pools[0]->pool->spec);
-        specs.push_back(pools[0]->pool->general);
+        EXPECT_TRUE(pools[0]->get<PoolGroup>()->spec.backward);
+        specs.push_back(pools[0]->get<PoolGroup>()->spec);
+        specs.push_back(pools[0]->get<PoolGroup>()->general);
       }
     }
   }
@@ -236,8 +236,8 @@ TEST(CodegenPool, PlannedGroupsCompileToPtx) {
     Planned p = plan(b);
     auto pools = p.groups(KernelKind::Pool);
     ASSERT_EQ(pools.size(), 1u) << p.plan.to_string();
-    specs.push_back(pools[0]->pool->spec);
-    specs.push_back(pools[0]->pool->general);
+    specs.push_back(pools[0]->get<PoolGroup>()->spec);
+    specs.push_back(pools[0]->get<PoolGroup>()->general);
   }
   compile_all(specs);
 }

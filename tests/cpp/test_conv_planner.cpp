@@ -77,7 +77,7 @@ struct Conv {
 
 std::vector<const ConvSpec*> conv_specs(const Planned& p) {
   std::vector<const ConvSpec*> out;
-  for (const KernelGroup* g : p.groups(KernelKind::Conv)) out.push_back(g->conv.get());
+  for (const KernelGroup* g : p.groups(KernelKind::Conv)) out.push_back(g->get<ConvSpec>());
   return out;
 }
 
@@ -142,7 +142,7 @@ TEST(ConvPlanner, NonPerChannelAddIsNotFused) {
   const auto groups = p.groups(KernelKind::Conv);
   ASSERT_EQ(groups.size(), 1u);
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0}));
-  EXPECT_EQ(groups[0]->conv->epilogue_name(), "none");
+  EXPECT_EQ(groups[0]->get<ConvSpec>()->epilogue_name(), "none");
   EXPECT_NE(groups[0]->why.find("neither per-channel"), std::string::npos) << groups[0]->why;
 }
 

@@ -35,9 +35,9 @@ TEST(FusionPlan, ChainOfElementwiseOpsIsOneKernel) {
   EXPECT_NE(spec.find("relu %3 : f32"), std::string::npos) << spec;
   EXPECT_NE(spec.find("in0 f32 aligned"), std::string::npos) << spec;
   EXPECT_NE(spec.find("out0 f32 aligned = %4"), std::string::npos) << spec;
-  EXPECT_EQ(pointwise[0]->pointwise->outputs, (std::vector<ValueId>{r}));
+  EXPECT_EQ(pointwise[0]->get<PointwiseGroup>()->outputs, (std::vector<ValueId>{r}));
   // The general variant strides everything and indexes in 64 bits.
-  const std::string general = pointwise[0]->pointwise->general.to_string();
+  const std::string general = pointwise[0]->get<PointwiseGroup>()->general.to_string();
   EXPECT_NE(general.find("index=i64"), std::string::npos) << general;
   EXPECT_NE(general.find("in0 f32 strided rank=2"), std::string::npos) << general;
   EXPECT_NE(p.plan.to_string().find("pointwise nodes=[0,1,2]"), std::string::npos)
@@ -55,8 +55,8 @@ TEST(FusionPlan, ValuesUsedOutsideBecomeOutputs) {
   Planned p = plan(b);
   auto pointwise = p.groups(KernelKind::Pointwise);
   ASSERT_EQ(pointwise.size(), 1u);
-  EXPECT_EQ(pointwise[0]->pointwise->outputs, (std::vector<ValueId>{e, n}));
-  EXPECT_EQ(pointwise[0]->pointwise->spec.outputs.size(), 2u);
+  EXPECT_EQ(pointwise[0]->get<PointwiseGroup>()->outputs, (std::vector<ValueId>{e, n}));
+  EXPECT_EQ(pointwise[0]->get<PointwiseGroup>()->spec.outputs.size(), 2u);
 }
 
 TEST(FusionPlan, GroupsStayConvex) {
@@ -128,7 +128,7 @@ TEST(FusionPlan, WideningCastsMoveToTheirReaders) {
     ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
     EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1}));
     EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{3, 4, 5}));
-    EXPECT_EQ(pointwise[0]->pointwise->spec.outputs.size(), 1u);  // g only, in bf16
+    EXPECT_EQ(pointwise[0]->get<PointwiseGroup>()->spec.outputs.size(), 1u);  // g only, in bf16
     EXPECT_NE(pointwise[1]->spec.find("in0 bf16"), std::string::npos) << pointwise[1]->spec;
   }
   {
@@ -242,7 +242,7 @@ TEST(FusionPlan, CpuPartitionsStayAtenSequences) {
   Planned p = plan(b);
   ASSERT_EQ(p.plan.partitions.size(), 1u);
   ASSERT_EQ(p.plan.partitions[0].groups.size(), 1u);
-  EXPECT_EQ(p.plan.partitions[0].groups[0].kind, KernelKind::AtenSequence);
+  EXPECT_EQ(p.plan.partitions[0].groups[0].kind(), KernelKind::AtenSequence);
   EXPECT_EQ(p.plan.partitions[0].groups[0].nodes, (std::vector<NodeId>{0, 1}));
 }
 

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
+#include "common/error.h"
 #include "runtime/kernel_kinds.h"
 
 namespace mybackend {
@@ -47,7 +52,6 @@ TEST(KernelKinds, EveryEngineKindHasCountersHooksAndARunner) {
     }
     EXPECT_NE(t.run_counter, nullptr);
     EXPECT_NE(t.fallback_counter, nullptr);
-    EXPECT_NE(t.has_engine_spec, nullptr);
     EXPECT_NE(t.outputs, nullptr);
     EXPECT_NE(t.reads, nullptr);
     if (t.engine == Engine::Library) {
@@ -63,13 +67,46 @@ TEST(KernelKinds, EveryEngineKindHasCountersHooksAndARunner) {
   }
 }
 
-TEST(KernelKinds, GroupsWithoutTheirSpecRunAsAtenCalls) {
-  for (KernelKind kind : all_kinds()) {
-    KernelGroup group;
-    group.kind = kind;
-    EXPECT_FALSE(runs_on_engine(group)) << kernel_kind_name(kind);
-    EXPECT_EQ(generated_source(group), "");
-  }
+// A group holding payload alternative `index` (a default-constructed one)
+// is of kind `index`, and that kind's row reads it.
+template <std::size_t index>
+void check_payload() {
+  using Spec =
+      std::remove_const_t<typename std::variant_alternative_t<index, KernelPayload>::element_type>;
+  const KernelKind kind = static_cast<KernelKind>(index);
+  SCOPED_TRACE(std::string(kernel_kind_name(kind)));
+  KernelGroup group;
+  group.set(std::make_shared<Spec>());
+  EXPECT_EQ(group.kind(), kind);
+  EXPECT_NE(group.get<Spec>(), nullptr);
+  EXPECT_NE(group.shared<Spec>(), nullptr);
+  EXPECT_EQ(group.get<PointwiseGroup>() != nullptr, kind == KernelKind::Pointwise);
+  EXPECT_TRUE(runs_on_engine(group));
+  const KernelKindTraits& t = kernel_kind_traits(kind);
+  EXPECT_NO_THROW(t.outputs(group));
+  EXPECT_NO_THROW(t.reads(group));
+}
+
+template <std::size_t... index>
+void check_payloads(std::index_sequence<index...>) {
+  (check_payload<index + 1>(), ...);  // every alternative after std::monostate
+}
+
+// Note [One payload per group]: a group without a payload is an ATen
+// sequence; one with a payload is of its payload's kind.
+TEST(KernelKinds, AGroupsKindIsItsPayloads) {
+  const KernelGroup aten;
+  EXPECT_EQ(aten.kind(), KernelKind::AtenSequence);
+  EXPECT_EQ(aten.get<PointwiseGroup>(), nullptr);
+  EXPECT_FALSE(runs_on_engine(aten));
+  EXPECT_EQ(generated_source(aten), "");
+  check_payloads(std::make_index_sequence<kKernelKindCount - 1>());
+}
+
+TEST(KernelKinds, APayloadIsNeverNull) {
+  KernelGroup group;
+  EXPECT_THROW(group.set(std::shared_ptr<const PointwiseGroup>()), InternalError);
+  EXPECT_EQ(group.kind(), KernelKind::AtenSequence);
 }
 
 // The stats() keys of the engines, as tests and benchmarks read them.

@@ -39,7 +39,7 @@ ValueId gelu(GraphBuilder& b, ValueId x, const TensorType& t, const char* approx
 const MatmulSpec& only_matmul(const Planned& p) {
   auto groups = p.groups(KernelKind::Matmul);
   EXPECT_EQ(groups.size(), 1u) << p.plan.to_string();
-  return *groups.at(0)->matmul;
+  return *groups.at(0)->get<MatmulSpec>();
 }
 
 // A Linear as aot_autograd leaves it: permute(weight), addmm(bias, x, ·).
@@ -218,10 +218,10 @@ TEST(MatmulPlanner, BmmWithTransposedOperandAndBaddbmmWithC) {
   ASSERT_EQ(groups.size(), 2u) << p.plan.to_string();
   // The transpose has two readers: both products see through it; it runs once.
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{1}));
-  EXPECT_TRUE(groups[0]->matmul->batched);
-  EXPECT_EQ(groups[0]->matmul->mat2.value, k);
-  EXPECT_TRUE(groups[0]->matmul->mat2.transposed);
-  const MatmulSpec& second = *groups[1]->matmul;
+  EXPECT_TRUE(groups[0]->get<MatmulSpec>()->batched);
+  EXPECT_EQ(groups[0]->get<MatmulSpec>()->mat2.value, k);
+  EXPECT_TRUE(groups[0]->get<MatmulSpec>()->mat2.transposed);
+  const MatmulSpec& second = *groups[1]->get<MatmulSpec>();
   EXPECT_EQ(second.c, c);
   EXPECT_EQ(second.beta, 0.5);
   EXPECT_EQ(second.alpha, 2.0);

@@ -21,7 +21,7 @@ PoolGroup only_pool(const Planned& p) {
   auto groups = p.groups(KernelKind::Pool);
   EXPECT_EQ(groups.size(), 1u) << p.plan.to_string() << all_whys(p);
   if (groups.size() != 1u) throw std::runtime_error("expected one pool group");
-  return *groups[0]->pool;
+  return *groups[0]->get<PoolGroup>();
 }
 
 TEST(PoolPlanner, ClaimsThePoolWithItsBatchNormReluPrologue) {
@@ -36,7 +36,7 @@ TEST(PoolPlanner, ClaimsThePoolWithItsBatchNormReluPrologue) {
             std::string::npos)
       << groups[0]->why;
   EXPECT_NE(groups[0]->why.find("indices not stored"), std::string::npos) << groups[0]->why;
-  const PoolGroup& g = *groups[0]->pool;
+  const PoolGroup& g = *groups[0]->get<PoolGroup>();
   EXPECT_EQ(g.inputs, (std::vector<ValueId>{0, 1, 2}));  // x, scale, shift
   EXPECT_EQ(g.spec.reads,
             (std::vector<PoolRead>{PoolRead::Window, PoolRead::Channel, PoolRead::Channel}));
@@ -106,7 +106,7 @@ TEST(PoolPlanner, AProducerReadElsewhereStaysOutsideThePrologue) {
   auto pools = p.groups(KernelKind::Pool);
   ASSERT_EQ(pools.size(), 1u) << p.plan.to_string();
   EXPECT_EQ(pools[0]->nodes, (std::vector<NodeId>{5}));
-  const PoolGroup& g = *pools[0]->pool;
+  const PoolGroup& g = *pools[0]->get<PoolGroup>();
   EXPECT_FALSE(g.spec.prologue.has_value());
   EXPECT_EQ(g.spec.reads, (std::vector<PoolRead>{PoolRead::Window}));
   EXPECT_TRUE(g.spec.store_indices);
@@ -219,7 +219,7 @@ TEST(PoolPlanner, BackwardTakesTheGradientSumAsItsPrologue) {
   EXPECT_NE(groups[0]->why.find("max_pool2d_backward (nhwc) with 1 prologue elementwise ops"),
             std::string::npos)
       << groups[0]->why;
-  const PoolGroup& g = *groups[0]->pool;
+  const PoolGroup& g = *groups[0]->get<PoolGroup>();
   EXPECT_TRUE(g.spec.backward);
   EXPECT_FALSE(g.spec.store_indices);
   EXPECT_EQ(g.inputs, (std::vector<ValueId>{0, 1}));  // the two branches' gradients

@@ -20,7 +20,7 @@ TEST(ReductionPlanner, SumTakesItsPrologueAndEpilogue) {
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3, 4}));
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty());
   EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty());
-  const ReductionGroup& r = *groups[0]->reduction;
+  const ReductionGroup& r = *groups[0]->get<ReductionGroup>();
   EXPECT_EQ(r.spec.axis, ReduceAxis::Inner);
   EXPECT_EQ(r.spec.op, ReduceOp::Sum);
   EXPECT_EQ(r.reduce_begin, 1);
@@ -39,9 +39,9 @@ TEST(ReductionPlanner, LeadingDimsReduceAsOuter) {
   Planned p = plan(b);
   auto groups = p.groups(KernelKind::Reduction);
   ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
-  EXPECT_EQ(groups[0]->reduction->spec.axis, ReduceAxis::Outer);
-  EXPECT_EQ(groups[0]->reduction->reduce_begin, 0);
-  EXPECT_EQ(groups[0]->reduction->reduce_end, 2);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.axis, ReduceAxis::Outer);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->reduce_begin, 0);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->reduce_end, 2);
 }
 
 TEST(ReductionPlanner, ScatteredDimsStayAten) {
@@ -83,9 +83,9 @@ TEST(ReductionPlanner, EpilogueStaysConvex) {
   auto groups = p.groups(KernelKind::Reduction);
   ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1}));
-  EXPECT_EQ(groups[0]->reduction->spec.op, ReduceOp::Var);
-  EXPECT_EQ(groups[0]->reduction->spec.correction, 0.0);
-  EXPECT_EQ(groups[0]->reduction->outputs, (std::vector<ValueId>{s}));
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.op, ReduceOp::Var);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.correction, 0.0);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->outputs, (std::vector<ValueId>{s}));
 }
 
 TEST(ReductionPlanner, ClaimedGroupsAreOneUnitForThePointwisePlanner) {
@@ -127,9 +127,9 @@ TEST(ReductionPlanner, ArgmaxWithPrologue) {
   Planned p = plan(b);
   auto groups = p.groups(KernelKind::Reduction);
   ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
-  EXPECT_EQ(groups[0]->reduction->spec.op, ReduceOp::Argmax);
-  EXPECT_EQ(groups[0]->reduction->spec.axis, ReduceAxis::Outer);
-  EXPECT_EQ(groups[0]->reduction->spec.out_dtype, DType::Int64);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.op, ReduceOp::Argmax);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.axis, ReduceAxis::Outer);
+  EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.out_dtype, DType::Int64);
 }
 
 TEST(NormPlanner, SoftmaxForwardAndBackwardAreNormGroups) {
@@ -138,10 +138,10 @@ TEST(NormPlanner, SoftmaxForwardAndBackwardAreNormGroups) {
   Planned p = plan(b);
   auto norms = p.groups(KernelKind::Norm);
   ASSERT_EQ(norms.size(), 2u) << p.plan.to_string();
-  EXPECT_EQ(norms[0]->norm->spec.kind, NormKind::SoftmaxForward);
-  EXPECT_EQ(norms[1]->norm->spec.kind, NormKind::SoftmaxBackward);
-  EXPECT_TRUE(norms[0]->norm->spec.aligned);
-  EXPECT_FALSE(norms[0]->norm->general.aligned);
+  EXPECT_EQ(norms[0]->get<NormGroup>()->spec.kind, NormKind::SoftmaxForward);
+  EXPECT_EQ(norms[1]->get<NormGroup>()->spec.kind, NormKind::SoftmaxBackward);
+  EXPECT_TRUE(norms[0]->get<NormGroup>()->spec.aligned);
+  EXPECT_FALSE(norms[0]->get<NormGroup>()->general.aligned);
 }
 
 TEST(NormPlanner, SoftmaxOverAnotherDimStaysAten) {
@@ -158,12 +158,12 @@ TEST(NormPlanner, LayerNormForwardAndBackward) {
   Planned p = plan(b);
   auto norms = p.groups(KernelKind::Norm);
   ASSERT_EQ(norms.size(), 2u) << p.plan.to_string();
-  const NormGroup& fw = *norms[0]->norm;
+  const NormGroup& fw = *norms[0]->get<NormGroup>();
   EXPECT_EQ(fw.spec.kind, NormKind::LayerNormForward);
   EXPECT_TRUE(fw.spec.has_weight && fw.spec.has_bias && fw.spec.save_stats);
   EXPECT_EQ(fw.outputs.size(), 3u);
   EXPECT_DOUBLE_EQ(fw.eps, 1e-5);
-  const NormGroup& bw = *norms[1]->norm;
+  const NormGroup& bw = *norms[1]->get<NormGroup>();
   EXPECT_EQ(bw.spec.kind, NormKind::LayerNormBackward);
   EXPECT_TRUE(bw.spec.param_grads);
   EXPECT_EQ(bw.outputs.size(), 3u);  // grad_in, grad_weight, grad_bias
@@ -184,7 +184,7 @@ TEST(NormPlanner, LayerNormBackwardTakesTheResidualSumAsEpilogue) {
   ASSERT_NE(norm, nullptr);
   EXPECT_EQ(norm->nodes, (std::vector<NodeId>{0, 1, 2})) << p.plan.to_string();
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
-  const NormGroup& g = *norm->norm;
+  const NormGroup& g = *norm->get<NormGroup>();
   ASSERT_TRUE(g.spec.epilogue.has_value());
   ASSERT_TRUE(g.general.epilogue.has_value());
   std::vector<std::string> outputs;
@@ -202,7 +202,7 @@ TEST(NormPlanner, AGradInReadElsewhereIsStoredToo) {
   Planned p = plan(b);
   const KernelGroup* norm = residual_norm(p);
   ASSERT_NE(norm, nullptr);
-  const NormGroup& g = *norm->norm;
+  const NormGroup& g = *norm->get<NormGroup>();
   ASSERT_TRUE(g.spec.epilogue.has_value());
   EXPECT_EQ(g.spec.epilogue->outputs.size(), 3u);  // grad_in, the sum, its cast
   EXPECT_EQ(g.outputs.back().first, "eout2");
@@ -214,7 +214,7 @@ TEST(NormPlanner, ABroadcastResidualKeepsTheSumApart) {
   Planned p = plan(b);
   const KernelGroup* norm = residual_norm(p);
   ASSERT_NE(norm, nullptr);
-  EXPECT_FALSE(norm->norm->spec.epilogue.has_value());
+  EXPECT_FALSE(norm->get<NormGroup>()->spec.epilogue.has_value());
   EXPECT_NE(norm->why.find("epilogue not taken"), std::string::npos) << norm->why;
   EXPECT_EQ(p.groups(KernelKind::Pointwise).size(), 1u) << p.plan.to_string();
 }
@@ -243,7 +243,7 @@ TEST(NormPlanner, LayerNormTakesItsElementwisePrologue) {
   EXPECT_EQ(norms[0]->nodes, (std::vector<NodeId>{0, 1})) << p.plan.to_string();
   EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty()) << p.plan.to_string();
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
-  const NormGroup& g = *norms[0]->norm;
+  const NormGroup& g = *norms[0]->get<NormGroup>();
   ASSERT_TRUE(g.spec.prologue.has_value());
   ASSERT_TRUE(g.general.prologue.has_value());
   EXPECT_NE(g.spec.prologue->to_string().find("gelu_erf"), std::string::npos) << g.spec.to_string();
@@ -260,8 +260,8 @@ TEST(NormPlanner, AProducerReadElsewhereIsNoPrologue) {
   PlannedNorm planned;
   plan_elementwise_then_layer_norm(true, false, &planned);
   ASSERT_NE(planned.norm, nullptr);
-  EXPECT_FALSE(planned.norm->norm->spec.prologue.has_value());
-  EXPECT_EQ(planned.norm->norm->inputs.front().first, "x");
+  EXPECT_FALSE(planned.norm->get<NormGroup>()->spec.prologue.has_value());
+  EXPECT_EQ(planned.norm->get<NormGroup>()->inputs.front().first, "x");
   EXPECT_EQ(planned.norm->nodes, (std::vector<NodeId>{1}));
 }
 
@@ -270,7 +270,7 @@ TEST(NormPlanner, ABroadcastReadKeepsTheProducerApart) {
   plan_elementwise_then_layer_norm(false, true, &planned);
   ASSERT_NE(planned.norm, nullptr);
   const KernelGroup& norm = *planned.norm;
-  EXPECT_FALSE(norm.norm->spec.prologue.has_value());
+  EXPECT_FALSE(norm.get<NormGroup>()->spec.prologue.has_value());
   EXPECT_NE(norm.why.find("prologue not taken"), std::string::npos) << norm.why;
   EXPECT_NE(norm.why.find("broadcast"), std::string::npos) << norm.why;
   const Planned& p = planned.planned;
@@ -296,7 +296,7 @@ TEST(NormPlanner, BatchNormSumsTakeTheReluGradientAsPrologue) {
   const std::vector<const KernelGroup*> norms = {planned.norm};
   EXPECT_EQ(norms[0]->nodes, (std::vector<NodeId>{1, 2, 3})) << p.plan.to_string();
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
-  const NormGroup& g = *norms[0]->norm;
+  const NormGroup& g = *norms[0]->get<NormGroup>();
   EXPECT_EQ(g.spec.kind, NormKind::BatchNormBackward);
   ASSERT_TRUE(g.spec.prologue.has_value());
   ASSERT_TRUE(g.general.prologue.has_value());
@@ -316,13 +316,13 @@ TEST(NormPlanner, BatchNormSumsReadNoPrologueInAnotherLayout) {
   plan_relu_gradient_sums(true, &planned);
   ASSERT_NE(planned.norm, nullptr);
   const Planned& p = planned.planned;
-  EXPECT_FALSE(planned.norm->norm->spec.prologue.has_value());
+  EXPECT_FALSE(planned.norm->get<NormGroup>()->spec.prologue.has_value());
   EXPECT_NE(planned.norm->why.find("dy is not laid out as x"), std::string::npos)
       << planned.norm->why;
   auto pointwise = p.groups(KernelKind::Pointwise);
   ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
   // relu_out and dy: scalar_tensor(0) is a literal, not a 0-dim input.
-  EXPECT_EQ(pointwise[0]->pointwise->inputs, (std::vector<ValueId>{1, 0}));
+  EXPECT_EQ(pointwise[0]->get<PointwiseGroup>()->inputs, (std::vector<ValueId>{1, 0}));
 }
 
 TEST(NormPlanner, RmsNormChainIsOneKernel) {
@@ -333,7 +333,7 @@ TEST(NormPlanner, RmsNormChainIsOneKernel) {
     auto norms = p.groups(KernelKind::Norm);
     ASSERT_EQ(norms.size(), 1u) << p.plan.to_string();
     EXPECT_EQ(norms[0]->nodes.size(), upcast ? 8u : 6u) << p.plan.to_string();
-    const NormGroup& g = *norms[0]->norm;
+    const NormGroup& g = *norms[0]->get<NormGroup>();
     EXPECT_EQ(g.spec.kind, NormKind::RmsNormForward);
     EXPECT_TRUE(g.spec.has_weight);
     EXPECT_TRUE(g.spec.save_stats);  // rsqrt is a graph output
@@ -348,8 +348,8 @@ TEST(NormPlanner, RmsNormWithoutKeptRstdSavesNoStats) {
   Planned p = plan(b);
   auto norms = p.groups(KernelKind::Norm);
   ASSERT_EQ(norms.size(), 1u) << p.plan.to_string();
-  EXPECT_FALSE(norms[0]->norm->spec.save_stats);
-  EXPECT_EQ(norms[0]->norm->outputs.size(), 1u);
+  EXPECT_FALSE(norms[0]->get<NormGroup>()->spec.save_stats);
+  EXPECT_EQ(norms[0]->get<NormGroup>()->outputs.size(), 1u);
 }
 
 }  // namespace

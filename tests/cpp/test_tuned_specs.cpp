@@ -28,7 +28,7 @@ TEST(TunedSpecs, DefaultTuningLeavesTheSpecTextAsItWas) {
   Planned p = exp_mul_relu(generated_options());
   auto groups = p.groups(KernelKind::Pointwise);
   ASSERT_EQ(groups.size(), 1u);
-  const PointwiseGroup& g = *groups[0]->pointwise;
+  const PointwiseGroup& g = *groups[0]->get<PointwiseGroup>();
   EXPECT_EQ(g.spec.tuning, LaunchTuning{});
   EXPECT_EQ(g.spec.threads, LaunchTuning{}.pw_block);
   EXPECT_EQ(groups[0]->spec.find("tuning="), std::string::npos) << groups[0]->spec;
@@ -43,7 +43,7 @@ TEST(TunedSpecs, TheOptionsTuningReachesBothVariantsAndTheText) {
   Planned plain = exp_mul_relu(generated_options());
   auto groups = tuned.groups(KernelKind::Pointwise);
   ASSERT_EQ(groups.size(), 1u);
-  const PointwiseGroup& g = *groups[0]->pointwise;
+  const PointwiseGroup& g = *groups[0]->get<PointwiseGroup>();
   for (const PointwiseSpec* spec : {&g.spec, &g.general}) {
     EXPECT_EQ(spec->tuning, options.tuning);
     EXPECT_EQ(spec->threads, 256);
@@ -52,7 +52,8 @@ TEST(TunedSpecs, TheOptionsTuningReachesBothVariantsAndTheText) {
   EXPECT_NE(text.find("tuning=[" + options.tuning.to_string() + "]"), std::string::npos) << text;
   EXPECT_EQ(text, g.spec.to_string());
   // Another tuning is another kernel: the spec's hash (its identity) differs.
-  EXPECT_NE(g.spec.hash(), plain.groups(KernelKind::Pointwise)[0]->pointwise->spec.hash());
+  EXPECT_NE(g.spec.hash(),
+            plain.groups(KernelKind::Pointwise)[0]->get<PointwiseGroup>()->spec.hash());
 }
 
 TEST(TunedSpecs, NormAndCastGroupSpecsTakeTheTuningToo) {
@@ -66,24 +67,22 @@ TEST(TunedSpecs, NormAndCastGroupSpecsTakeTheTuningToo) {
   norm->spec.kind = NormKind::SoftmaxForward;
   norm->general.kind = NormKind::LayerNormForward;
   KernelGroup norm_group;
-  norm_group.kind = KernelKind::Norm;
-  norm_group.norm = norm;
+  norm_group.set(norm);
   auto casts = std::make_shared<CastGroup>();
   casts->singles.push_back(std::make_shared<PointwiseGroup>());
   KernelGroup cast_group;
-  cast_group.kind = KernelKind::CastGroup;
-  cast_group.casts = casts;
+  cast_group.set(casts);
   plan.partitions[0].groups = {norm_group, cast_group};
   apply_launch_tuning(plan, tuning);
   const KernelGroup& n = plan.partitions[0].groups[0];
-  EXPECT_EQ(n.norm->spec.tuning, tuning);
-  EXPECT_EQ(n.norm->spec.threads, 64);      // softmax forward: softmax_block
-  EXPECT_EQ(n.norm->general.threads, 512);  // other norms: norm_block
-  EXPECT_EQ(n.spec, n.norm->spec.to_string());
+  EXPECT_EQ(n.get<NormGroup>()->spec.tuning, tuning);
+  EXPECT_EQ(n.get<NormGroup>()->spec.threads, 64);      // softmax forward: softmax_block
+  EXPECT_EQ(n.get<NormGroup>()->general.threads, 512);  // other norms: norm_block
+  EXPECT_EQ(n.spec, n.get<NormGroup>()->spec.to_string());
   const KernelGroup& c = plan.partitions[0].groups[1];
-  EXPECT_EQ(c.casts->spec.tuning, tuning);
-  EXPECT_EQ(c.casts->spec.threads, 256);
-  EXPECT_EQ(c.casts->singles[0]->spec.tuning, tuning);
+  EXPECT_EQ(c.get<CastGroup>()->spec.tuning, tuning);
+  EXPECT_EQ(c.get<CastGroup>()->spec.threads, 256);
+  EXPECT_EQ(c.get<CastGroup>()->singles[0]->spec.tuning, tuning);
   EXPECT_EQ(norm->spec.tuning, LaunchTuning{}) << "the planned group is not edited in place";
 }
 

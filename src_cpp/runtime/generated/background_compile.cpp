@@ -175,7 +175,7 @@ CompileFutures start_generated_compiles(std::shared_ptr<const Graph> graph,
     KernelKind kind;
   };
   std::vector<Place> places;
-  for (const GeneratedGroup& g : groups) places.push_back({g.partition, g.index, g.group.kind});
+  for (const GeneratedGroup& g : groups) places.push_back({g.partition, g.index, g.group.kind()});
   auto batch =
       std::make_shared<CompileBatch>(std::move(graph), std::move(groups), std::move(options));
   for (std::size_t k = 0; k < places.size(); ++k) {

@@ -143,7 +143,7 @@ namespace {
 
 KernelBuild build_for(const Graph& graph, const GeneratedGroup& generated) {
   MB_ASSERT(generated.build != nullptr, "no generated kernel for kind ",
-            kernel_kind_name(generated.group.kind));
+            kernel_kind_name(generated.group.kind()));
   return generated.build(graph, generated.group);
 }
 
