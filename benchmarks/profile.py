@@ -34,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.backends import resolve
 from benchmarks.common import reset_dynamo
 from benchmarks.report import markdown_table
+from benchmarks.runner import Settings
 from benchmarks.scenarios import Task, Workload
 
 
@@ -77,7 +78,10 @@ def cpu_table(step: Callable[[], None], steps: int, top: int) -> str:
 def kernel_table(backend: str, task: Task, steps: int, top: int, host: bool = False) -> str:
     runner = task.runner(resolve(backend))
     runner.first()
-    for _ in range(5):
+    # As many as the benchmark rows warm up: fewer would profile mybackend's
+    # eager floor while it still alternates the two sides (Note [Eager is the
+    # floor]), mixing the ATen graph's kernels into the compiled graph's.
+    for _ in range(Settings().warmup):
         runner.step()
     host_ms = host_ms_per_step(runner.step, steps)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -21,3 +21,14 @@ def test_cpu_table_lists_the_ops_a_step_runs() -> None:
     lines = [line for line in table.splitlines() if line.startswith("| aten::mm")]
     assert len(lines) == 1
     assert lines[0].split("|")[4].strip() == "1"  # calls per step
+
+
+def test_benchmarks_warm_up_past_the_eager_floor() -> None:
+    # Rows and profiles (which warm up as long, Settings().warmup) must see
+    # the floor's choice, not its alternating trial calls: the trial call,
+    # then warm-up and timed calls of each side.
+    from benchmarks.runner import Settings
+    from mybackend.eager_floor import FloorSettings
+
+    floor = FloorSettings()
+    assert Settings().warmup > 1 + 2 * (floor.warmup + floor.samples)
