@@ -213,7 +213,10 @@ def _compile_now(
     floor: EagerFloor | None = None
     floor_inputs: FloorInputs | None = None
     # Note [No floor across collectives] (mybackend/distributed.py)
-    if options.eager_floor and runs_on_cuda(example_inputs) and not has_collectives(planned):
+    # A training graph's forward and backward are timed together, against the
+    # user's graph (Note [A training step is timed whole]).
+    floored = kind == "inference" and runs_on_cuda(example_inputs)
+    if options.eager_floor and floored and not has_collectives(planned):
         # Note [Eager is the floor]; the key is kept for a warm start (Note [Warm-started floors])
         floor_inputs = FloorInputs.of(example_inputs)
         cache_file = floor_cache_path(

@@ -17,7 +17,7 @@ from torch._dynamo import exc as dynamo_exc
 
 from mybackend._logging import apply_env_log_settings, get_logger, warn_once
 from mybackend.aot import compile_with_aot
-from mybackend.compiled import UserGraphFallback
+from mybackend.compiled import UserGraphFallback, with_step_floor
 from mybackend.distributed import FlattenedCall, flatten_list_input, has_nested_inputs
 from mybackend.gc_pause import collections_paused
 from mybackend.options import Options
@@ -67,6 +67,7 @@ def mybackend_backend(
             return FlattenedCall(flat_compiled, empty_list)
         with collections_paused():  # Note [No cyclic collections while compiling]
             compiled = compile_with_aot(gm, example_inputs, parsed)
+        compiled = with_step_floor(compiled, gm, example_inputs, parsed)
         if parsed.strict:
             return compiled
         # Note [Recovery runs the user's program]

@@ -58,8 +58,8 @@ def timed(stage: str) -> Iterator[None]:
 AOT_COMPILES = "aten graphs compiled"  # our compiler called by aot_autograd
 JOINT_PARTITIONS = "joint graphs partitioned"  # our partition_fn called
 LOWERINGS = "graphs lowered"  # the compiler's lower(): FX graph -> IR
-CORE_PLANS = "core plans"  # _C.compile: verify, capability, partition, fusion, runtime
-CORE_PLAN_LOADS = "core plans loaded"  # a saved plan, runtime stage only (needs the binding)
+CORE_PLANS = "core plans"  # _C.compile: verify, capability, partition, fusion, codegen, runtime
+CORE_PLAN_LOADS = "core plans loaded"  # _C.compile_planned: verify, load_plan, codegen, runtime
 WARM_SAVES = "warm start: graphs serialized"
 WARM_LOADS = "warm start: graphs loaded"
 WARM_REJECTS = "warm start: entries rejected"  # corrupt or foreign payloads

@@ -36,13 +36,21 @@ alike, and the error is raised as it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from mybackend._logging import get_logger, warn_once
-from mybackend.eager_floor import EAGER, EagerFloor
+from mybackend.distributed import has_collectives
+from mybackend.eager_floor import (
+    EAGER,
+    EagerFloor,
+    FloorInputs,
+    StepTimer,
+    floor_cache_path,
+    runs_on_cuda,
+)
 from mybackend.hooks.accuracy import check_partitions, warn_if_exceeded
 from mybackend.lowering import LoweredGraph
 from mybackend.options import Options
@@ -177,7 +185,19 @@ def run_eager_boxed(graph_fn: Callable[..., Any], args: list[Any]) -> list[Any]:
     return run_eager(graph_fn, inputs)
 
 
-class UserGraphFallback:
+class _AotWrapper:
+    """A callable in front of aot_autograd's compiled function that passes
+    aot's attributes (named_parameters, ...) through."""
+
+    _compiled: Callable[..., Any]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # ours, before __init__ set them (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self._compiled, name)
+
+
+class UserGraphFallback(_AotWrapper):
     """What the backend hands dynamo for one captured graph: aot_autograd's
     compiled function, and the user's graph to run instead once mybackend
     failed on it (Note [Recovery runs the user's program])."""
@@ -202,10 +222,66 @@ class UserGraphFallback:
             )
             return outputs
 
-    def __getattr__(self, name: str) -> Any:  # aot's attributes (named_parameters, ...)
-        if name.startswith("_"):  # ours, before __init__ set them (copy, pickle)
-            raise AttributeError(name)
-        return getattr(self._compiled, name)
+
+class StepFloorCall(_AotWrapper):
+    """A training graph's floor (Note [A training step is timed whole] in
+    mybackend/eager_floor.py): aot_autograd's compiled function against the
+    user's graph, each call with its backward."""
+
+    def __init__(
+        self, compiled: Callable[..., Any], user_graph: Callable[..., Any], floor: EagerFloor
+    ) -> None:
+        self._compiled = compiled
+        self._user_graph = user_graph
+        self.floor = floor
+        self._ran_once = False  # the first call is the compiled graph's trial
+
+    def __call__(self, *args: Any) -> Any:
+        floor = self.floor
+        if not self._ran_once:
+            outputs = self._compiled(*args)
+            self._ran_once = True
+            return outputs
+        if floor.choice is None:
+            return floor.run(list(args), self._run_compiled, self._run_user_graph)
+        if floor.choice == EAGER:
+            return self._user_graph(*args)
+        return self._compiled(*args)
+
+    def _run_compiled(self, args: list[Any]) -> Any:
+        return self._compiled(*args)
+
+    def _run_user_graph(self, args: list[Any]) -> Any:
+        return self._user_graph(*args)
+
+
+def with_step_floor(
+    compiled: Callable[..., Any],
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    options: Options,
+) -> Callable[..., Any]:
+    """Puts a training graph's floor in front of aot_autograd's compiled
+    function (Note [A training step is timed whole]); an inference graph
+    keeps its floor per ATen graph (Note [Eager is the floor])."""
+    if not (
+        options.eager_floor
+        and is_training_graph(example_inputs)
+        and runs_on_cuda(example_inputs)
+        and not has_collectives(gm)  # Note [No floor across collectives]
+    ):
+        return compiled
+    inputs = FloorInputs.of(example_inputs)
+    cache_file = floor_cache_path(options.cache_root(), gm.code, inputs, f"step:{options!r}")
+    floor = EagerFloor(f"{type(gm).__name__} (training step)", cache_file, timer=StepTimer())
+    return StepFloorCall(compiled, gm.forward, floor)
+
+
+def is_training_graph(example_inputs: Sequence[Any]) -> bool:
+    """Whether aot_autograd splits the graph into a forward and a backward."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+    )
 
 
 class EagerGraphFunction:

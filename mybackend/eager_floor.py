@@ -4,9 +4,11 @@ graph it replaces hands its calls back to that graph.
 Note [Eager is the floor]
 The planner's choices come from rules, and a rule can lose on a model
 nobody measured: a layout that makes a depthwise convolution slow, a
-generated kernel that loses to a library one. So each compiled CUDA graph
-measures itself against the graph it was given (aot_autograd's ATen graph,
-before mybackend's layout and padding rewrites) on its first calls:
+generated kernel that loses to a library one. So each compiled CUDA
+inference graph measures itself against the graph it was given
+(aot_autograd's ATen graph, before mybackend's layout and padding rewrites)
+on its first calls, and a training step against the user's graph (Note [A
+training step is timed whole]):
 
 - After ``warmup`` untimed calls of the compiled side, then of eager
   (captures, autotuning, the allocator's growth), calls alternate between
@@ -63,17 +65,20 @@ class CudaCallTimer:
     def can_time(self) -> bool:
         return not torch.cuda.is_current_stream_capturing()
 
-    def start(self) -> Any:
+    def start(self, inputs: Sequence[Any] = ()) -> Any:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event, time.perf_counter()
 
-    def stop(self, started: Any) -> Any:
+    def stop(self, started: Any, outputs: Any = None) -> Any:
         start, began = started
         host_ms = (time.perf_counter() - began) * 1e3
         end = torch.cuda.Event(enable_timing=True)
         end.record()
         return start, end, host_ms
+
+    def close(self) -> None:
+        """Called once the choice is made: nothing of the timer's stays behind."""
 
     def ready(self, timed: Any) -> bool:
         return bool(timed[1].query())
@@ -81,6 +86,98 @@ class CudaCallTimer:
     def cost_ms(self, timed: Any) -> float:
         start, end, host_ms = timed
         return max(float(start.elapsed_time(end)), float(host_ms))
+
+
+@dataclasses.dataclass
+class StepRecord:
+    """One timed training call: its forward, then its backward once autograd
+    has run it (Note [A training step is timed whole])."""
+
+    forward_start: Any
+    forward_end: Any
+    host_ms: float
+    expects_backward: bool = False
+    backward_start: Any = None
+    backward_end: Any = None
+
+
+class StepTimer(CudaCallTimer):
+    """Times a training graph's call with the backward it leads to.
+
+    Note [A training step is timed whole]
+    A training graph's forward and backward are two ATen graphs, and timing
+    each against aot_autograd's graph run eagerly compares mybackend with a
+    decomposed program slower than the module's own eager step (ConvNeXt
+    trained at 0.88x eager past such floors, on an H200). So the dynamo graph
+    of a training step is timed against the user's graph itself (what eager
+    runs, autograd and all) by the floor in front of both (StepFloorCall in
+    mybackend/compiled.py), and a call's cost is its forward and its
+    backward: the forward by events around the call, as CudaCallTimer does;
+    the backward from when autograd has the first gradient of the call's
+    outputs (a hook on the outputs, ``mode="any"``) to when it has the
+    gradients of all of its inputs that require them (``mode="all"``).
+    Events are recorded on the stream autograd runs that backward on. A call
+    whose backward never runs (no output reaches a loss) never completes,
+    and the floor keeps the compiled graph. The hooks on the inputs (the
+    parameters among them) are removed when they fire and when the choice is
+    made, so nothing stays behind on a parameter.
+    """
+
+    def __init__(self, event: Callable[[], Any] | None = None) -> None:
+        self._event = event if event is not None else _recorded_cuda_event
+        self._handles: list[Any] = []
+
+    def start(self, inputs: Sequence[Any] = ()) -> Any:
+        needing_grad = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+        return self._event(), time.perf_counter(), needing_grad
+
+    def stop(self, started: Any, outputs: Any = None) -> Any:
+        start, began, inputs = started
+        host_ms = (time.perf_counter() - began) * 1e3
+        record = StepRecord(start, self._event(), host_ms)
+        leaves = torch.utils._pytree.tree_leaves(outputs)
+        grad_outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not (torch.is_grad_enabled() and grad_outputs and inputs):
+            return record
+        record.expects_backward = True
+        handles: list[Any] = []
+
+        def backward_began(_: Any) -> None:
+            if record.backward_start is None:
+                record.backward_start = self._event()
+
+        def backward_ended(_: Any) -> None:
+            record.backward_end = self._event()
+            for handle in handles:
+                handle.remove()
+
+        hooks = torch.autograd.graph.register_multi_grad_hook
+        handles.append(hooks(grad_outputs, backward_began, mode="any"))
+        handles.append(hooks(inputs, backward_ended, mode="all"))
+        self._handles.extend(handles)
+        return record
+
+    def ready(self, timed: Any) -> bool:
+        if not timed.expects_backward:
+            return bool(timed.forward_end.query())
+        return timed.backward_end is not None and bool(timed.backward_end.query())
+
+    def cost_ms(self, timed: Any) -> float:
+        forward = max(float(timed.forward_start.elapsed_time(timed.forward_end)), timed.host_ms)
+        if timed.backward_start is None or timed.backward_end is None:
+            return forward
+        return forward + float(timed.backward_start.elapsed_time(timed.backward_end))
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+def _recorded_cuda_event() -> Any:
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,10 +248,10 @@ class EagerFloor:
         elif shapes != self._shapes:
             return compiled(args)
         self._next = EAGER if side == COMPILED else COMPILED
-        started = self._timer.start()
+        started = self._timer.start(args)
         outputs = self._call(side, args, compiled, eager)
         if self.choice is None:  # else eager failed and the choice is made
-            self._timed.append((side, self._timer.stop(started)))
+            self._timed.append((side, self._timer.stop(started, outputs)))
         return outputs
 
     def _call(self, side: str, args: list[Any], compiled: BoxedCall, eager: BoxedCall) -> list[Any]:
@@ -190,6 +287,7 @@ class EagerFloor:
     def _settle(self, choice: str, compiled_ms: float | None, eager_ms: float | None) -> None:
         self.choice, self.compiled_ms, self.eager_ms = choice, compiled_ms, eager_ms
         self._timed.clear()  # the timer's records (CUDA events) are no longer needed
+        self._timer.close()
         log.info("%s: %s", self.name, self.describe())
 
     def _load(self) -> None:

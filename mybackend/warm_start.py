@@ -24,7 +24,7 @@ the entry and calls ``post_compile`` on each OutputCode (aot_autograd_result
 from its GraphRecipe: the recorded builder calls (Note [Graph tapes]), the
 constants, the options and core options, the planned ATen graph (pickled,
 unpickled only if the graph must fall back to eager), and the core's plan
-where the extension can save one (Note [Saved core plans]).
+(Note [Saved core plans]).
 
 The key is torch's (autograd_cache.py:602): the dynamo graph, the inputs'
 metadata (dtype, shape, stride, device, requires_grad), grad mode, autocast,
@@ -52,13 +52,23 @@ logs a warning with a traceback for each. Within mybackend's call that log
 record becomes one mybackend warning per process instead.
 
 Note [Saved core plans]
-The core's plan (capability decisions, partitions, the fusion plan with
-its kernel specs and so kernel-cache keys, library choices) lives in C++
-(src_cpp/pipeline/pipeline.h CompileReport) with no binding to save it, so
-a warm start still runs ``_C.compile`` on the rebuilt graph. Once the
-extension has ``CompiledGraph.plan_bytes()`` and ``_C.compile_planned``,
-recipes carry the plan and a warm start runs the runtime stage only;
-docs/warm-start.md gives the binding's contract.
+A recipe carries the core's plan: ``CompiledGraph.plan_bytes()`` of the
+compile, the planning stages' results (every node's capability decision,
+the partitions, the fusion plan with each kernel group's spec) and the
+planning options they were made under, as versioned bytes
+(src_cpp/pipeline/plan_archive.h, Note [Plan archive]). A warm start hands
+them to ``_C.compile_planned`` with the rebuilt graph and the recipe's core
+options, which runs the verify, load_plan, codegen and runtime stages and
+no capability check, partitioning or fusion planning; the codegen stage
+emits each generated group's source from its saved spec and finds the
+kernel in the kernel cache as a cold compile would. ``compile_planned``
+raises ``_C.Error`` for bytes that are truncated or garbled, of another
+format version, or not a plan of this graph (node and value counts,
+structural hash, ids, kinds) under these planning options (a launch tuning
+set through the environment included); compile_core then plans with
+``_C.compile`` as a cold compile does, and the counters say which happened
+(CORE_PLANS, CORE_PLAN_LOADS). Library algorithm choices (cuBLASLt, cuDNN)
+are not part of the plan: they are made again on the first run.
 
 Note [Warm-started floors]
 A loaded graph keeps the eager floor (Note [Eager is the floor] in
@@ -336,7 +346,6 @@ def _recipe_for(parts: CompiledParts, options: Options) -> GraphRecipe | str:
             reference_bytes = pickle_graph_module(reference)
     except Exception as error:  # a call target pickle cannot name, say
         return f"its ATen graph does not pickle ({type(error).__name__}: {error})"
-    plan_bytes = getattr(parts.core, "plan_bytes", None)  # Note [Saved core plans]
     return GraphRecipe(
         kind=parts.kind,
         tape=lowered.tape,
@@ -346,19 +355,19 @@ def _recipe_for(parts: CompiledParts, options: Options) -> GraphRecipe | str:
         eager=eager,
         hoist_prepare=prepare,
         hoist_positions=[] if hoist is None else list(hoist.prepare_inputs),
-        plan=plan_bytes() if callable(plan_bytes) else None,
+        plan=parts.core.plan_bytes(),  # Note [Saved core plans]
         floor_inputs=parts.floor_inputs,
         reference=reference_bytes,
     )
 
 
 def compile_core(graph: Any, core_options: dict[str, Any], plan: bytes | None = None) -> Any:
-    """``_C.compile``, or the runtime stage alone from a saved plan where the
-    extension can (Note [Saved core plans]); counted either way."""
-    compile_planned = getattr(_C, "compile_planned", None)
-    if plan is not None and compile_planned is not None:
+    """``_C.compile_planned`` from a saved plan, or ``_C.compile`` without one
+    or when the plan is not this graph's (Note [Saved core plans]); counted
+    either way."""
+    if plan is not None:
         try:
-            core = compile_planned(graph, plan, core_options)
+            core = _C.compile_planned(graph, plan, core_options)
         except _C.Error as error:  # another core's plan: plan again
             log.debug("saved plan not used (%s); planning again", error)
         else:

@@ -265,6 +265,19 @@ void bind_compile(py::module_& m) {
           },
           "The C++ stages' wall times, (stage, seconds) each; unlike report() it never waits "
           "for the kernels compiling in the background.")
+      .def(
+          "plan_bytes",
+          [](const CompiledGraph& compiled) {
+            std::string bytes;
+            {
+              py::gil_scoped_release release;
+              bytes = compiled.plan_bytes();
+            }
+            return py::bytes(bytes);
+          },
+          "The compile's plan (every node's capability decision, the partitions, the fusion "
+          "plan with each kernel group's spec) and the planning options it was made under, as "
+          "versioned bytes for compile_planned (Note [Plan archive]).")
       .def("stats", &stats_to_dict)
       .def_property_readonly("graph",
                              [](const CompiledGraph& c) { return c.graph().to_text(true); });
@@ -347,6 +360,27 @@ void bind_compile(py::module_& m) {
       },
       py::arg("graph"), py::arg("options") = py::dict(), py::arg("python_fallback") = py::none(),
       "Run the C++ stages (verify, capability, partition, fusion, codegen, runtime) on a graph.");
+  m.def(
+      "compile_planned",
+      [](std::shared_ptr<Graph> graph, const py::bytes& plan, const py::dict& options,
+         py::object python_fallback) {
+        CompileOptions compile_options = compile_options_from(options);
+        PythonFallback fallback = wrap_fallback(std::move(python_fallback));
+        std::string bytes(plan);
+        std::shared_ptr<CompiledGraph> compiled;
+        {
+          py::gil_scoped_release release;
+          compiled = compile_planned_graph(std::move(graph), std::move(bytes), compile_options,
+                                           std::move(fallback));
+        }
+        return compiled;
+      },
+      py::arg("graph"), py::arg("plan"), py::arg("options") = py::dict(),
+      py::arg("python_fallback") = py::none(),
+      "compile() with the planning stages' results read from `plan` (CompiledGraph.plan_bytes() "
+      "of a compile of the same graph under the same options): verify, load_plan, codegen, "
+      "runtime. Raises Error when `plan` is truncated or garbled, of another format version, "
+      "or not one for this graph and options (Note [Plan archive]).");
 }
 
 }  // namespace mybackend::bindings

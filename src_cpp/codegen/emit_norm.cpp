@@ -269,7 +269,7 @@ std::string forward_entries(const NormSpec& spec, const Names& n, Entry& e, bool
   e.optional_pointer(spec.save_stats, n.stats, "rstd", false);
   e.sizes(true);
   const std::string flags = b(rms) + ", " + b(spec.has_weight) + ", " + b(spec.has_bias) + ", " +
-                            b(spec.save_stats) + ">";
+                            b(spec.save_stats) + ", " + b(spec.round_before_weight) + ">";
   const std::string types = n.t + ", " + n.to + ", " + n.w + ", I, " + std::to_string(n.vec) + ", ";
   if (row_block) return e.write("mb::norm_forward_row_block<" + types + flags);
   return e.write("mb::norm_forward<" + types + std::to_string(n.chunks) + ", " + flags);

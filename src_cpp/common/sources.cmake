@@ -1,1 +1,1 @@
-list(APPEND CORE_SOURCES common/error.cpp)
+list(APPEND CORE_SOURCES common/error.cpp common/archive.cpp)

@@ -345,6 +345,34 @@ bool is_convert(const Node& n) {
   return n.op == "aten::_to_copy.default" || n.op == "prims::convert_element_type.default";
 }
 
+// Every value of `from` is a value of `to`: the widening casts an RMS-norm
+// chain upcasts x with (Note [RMS-norm rounding]).
+bool exact_widening(DType from, DType to) {
+  if (from == to) return true;
+  const bool half = from == DType::BFloat16 || from == DType::Float16;
+  if (to == DType::Float32) return half;
+  if (to == DType::Float64) return half || from == DType::Float32;
+  return false;
+}
+
+// The tensor `v` is an exact cast of, or -1: v's producer converts a
+// floating tensor on v's device into v's dtype exactly (exact_widening).
+ValueId widened_from(const Graph& graph, ValueId v) {
+  const NodeId producer = graph.value(v).producer;
+  if (producer < 0) return -1;
+  const Node& cast = graph.node(producer);
+  if (!is_convert(cast) || cast.args.empty() || cast.args[0].kind != Argument::Kind::Value ||
+      cast.outputs.size() != 1)
+    return -1;
+  const Value& in = graph.value(cast.args[0].value);
+  const Value& out = graph.value(v);
+  if (in.kind != ValueKind::Tensor || out.kind != ValueKind::Tensor ||
+      !is_floating(in.tensor.dtype) || in.tensor.device != out.tensor.device ||
+      !exact_widening(in.tensor.dtype, out.tensor.dtype))
+    return -1;
+  return cast.args[0].value;
+}
+
 // The only reader of `v`, when exactly one node reads it and the graph does
 // not return it.
 const Node* sole_reader(const GraphIndex& index, ValueId v) {
@@ -363,6 +391,8 @@ ValueId mul_partner(const Node& n, ValueId v) {
   if (b.value == v) return a.value;
   return -1;
 }
+
+DType dtype_of(const Graph& graph, ValueId v) { return graph.value(v).tensor.dtype; }
 
 std::string match_rms_norm(const GraphIndex& index, const Node& mean, NormMatch* out) {
   const Graph& graph = index.graph;
@@ -405,42 +435,95 @@ std::string match_rms_norm(const GraphIndex& index, const Node& mean, NormMatch*
   if (rsqrt == nullptr || rsqrt->op != "aten::rsqrt.default")
     return "not an RMS-norm chain (no rsqrt)";
   const ValueId rstd = rsqrt->outputs[0];
-  // The normalising mul: the one reader of rstd that multiplies xs.
+  // The chain's dtype: the square, the statistics and x * rstd are of it.
+  const DType chain = dtype_of(graph, rstd);
+  for (ValueId v : {xs, r.input, mean.outputs[0], add->outputs[0]}) {
+    if (graph.value(v).kind != ValueKind::Tensor || dtype_of(graph, v) != chain)
+      return "the RMS-norm chain changes the dtype between its square and its rsqrt";
+  }
+  // x: what xs exactly widens (the upcast of a 16-bit x) when the kernel,
+  // computing in x's accumulation dtype, computes in the chain's; else xs.
+  ValueId x = widened_from(graph, xs);
+  if (x < 0 || stats_dtype(dtype_of(graph, x)) != chain) x = xs;
+  // The normalising mul: a reader of rstd that multiplies x's values as
+  // the chain squared them: xs itself; x, which the mul widens as the cast
+  // did (T5's `x * rsqrt`); or a second exact cast of x to xs's dtype read
+  // by this mul alone (Note [One widening cast per reader] in
+  // mybackend/passes/widening_casts.py gives each reader its own copy).
   const Node* scale = nullptr;
+  ValueId scaled = -1;
   for (NodeId reader : index.readers[static_cast<std::size_t>(rstd)]) {
-    if (mul_partner(graph.node(reader), rstd) == xs) scale = &graph.node(reader);
+    const Node& mul = graph.node(reader);
+    const ValueId partner = mul_partner(mul, rstd);
+    if (partner < 0) continue;
+    const bool copy = x != xs && widened_from(graph, partner) == x &&
+                      dtype_of(graph, partner) == chain && sole_reader(index, partner) == &mul;
+    if (partner == xs || (x != xs && partner == x) || copy) {
+      scale = &mul;
+      scaled = partner;
+    }
   }
   if (scale == nullptr) return "not an RMS-norm chain (no x * rsqrt)";
+  if (dtype_of(graph, scale->outputs[0]) != chain)
+    return "the RMS-norm chain changes the dtype between its square and its rsqrt";
   std::vector<NodeId> nodes = {square.id, mean.id, add->id, rsqrt->id, scale->id};
-  // x: xs, or the tensor xs upcasts when that copy serves only this chain.
-  ValueId x = xs;
-  const NodeId xs_producer = graph.value(xs).producer;
-  if (xs_producer >= 0 && is_convert(graph.node(xs_producer)) &&
-      graph.node(xs_producer).args[0].kind == Argument::Kind::Value) {
-    std::set<NodeId> chain = {square.id, scale->id};
-    if (!index.used_outside(xs, chain)) {
-      nodes.push_back(xs_producer);
-      x = graph.node(xs_producer).args[0].value;
+  if (x != xs) {
+    // The upcast joins when only the chain reads it; read elsewhere too, it
+    // runs anyway and the norm reads it, as x.
+    if (!index.used_outside(xs, {square.id, scale->id})) {
+      nodes.push_back(graph.value(xs).producer);
+    } else if (scaled == xs) {
+      x = xs;
+    } else {
+      return "the upcast input is read elsewhere";
     }
   }
+  if (scaled != xs && scaled != x) nodes.push_back(graph.value(scaled).producer);
+  if (graph.value(x).kind != ValueKind::Tensor) return "the input is not a tensor";
   const TensorType& xt = graph.value(x).tensor;
   if (std::string p = tensor_problem(xt, xt.device, "the input"); !p.empty()) return p;
-  if (graph.value(x).kind != ValueKind::Tensor) return "the input is not a tensor";
+  const int normalized = static_cast<int>(rank - r.begin);
+  // The tail (Note [RMS-norm rounding]): the weight multiply in the
+  // chain's dtype, then the cast to x's dtype (torch's decomposition), or
+  // the cast first, then the weight multiply in x's dtype (HF Llama, T5).
   ValueId y = scale->outputs[0];
   ValueId weight = -1;
-  if (const Node* w = sole_reader(index, y)) {
+  const auto take_weight = [&](DType result) {
+    const Node* w = sole_reader(index, y);
+    if (w == nullptr || w->outputs.size() != 1 || dtype_of(graph, w->outputs[0]) != result)
+      return false;
     const ValueId partner = mul_partner(*w, y);
-    if (partner >= 0 && graph.value(partner).kind == ValueKind::Tensor &&
-        graph.value(partner).tensor.rank() == rank - r.begin) {
-      weight = partner;
-      nodes.push_back(w->id);
-      y = w->outputs[0];
+    if (partner < 0 || partner == y || graph.value(partner).kind != ValueKind::Tensor) return false;
+    const NodeId producer = graph.value(partner).producer;
+    if (std::find(nodes.begin(), nodes.end(), producer) != nodes.end()) return false;
+    // One weight per column: the normalized dims' sizes exactly.
+    const TensorType& wt = graph.value(partner).tensor;
+    if (wt.rank() != normalized) return false;
+    for (int d = 0; d < normalized; ++d) {
+      if (!ir_match::same_dim(wt.sizes[static_cast<std::size_t>(d)],
+                              xt.sizes[static_cast<std::size_t>(rank - normalized + d)]))
+        return false;
     }
-  }
-  if (const Node* c = sole_reader(index, y);
-      c && is_convert(*c) && graph.value(c->outputs[0]).tensor.dtype == xt.dtype) {
+    weight = partner;
+    nodes.push_back(w->id);
+    y = w->outputs[0];
+    return true;
+  };
+  const auto take_cast = [&]() {
+    const Node* c = sole_reader(index, y);
+    if (c == nullptr || !is_convert(*c) || c->outputs.size() != 1 ||
+        dtype_of(graph, c->outputs[0]) != xt.dtype ||
+        graph.value(c->outputs[0]).tensor.device != xt.device)
+      return false;
     nodes.push_back(c->id);
     y = c->outputs[0];
+    return true;
+  };
+  bool round_before_weight = false;
+  if (take_weight(chain)) {
+    take_cast();
+  } else if (take_cast() && take_weight(xt.dtype)) {
+    round_before_weight = xt.dtype != chain;
   }
   const TensorType& yt = graph.value(y).tensor;
   if (yt.dtype != xt.dtype) return "the RMS-norm chain's result dtype differs from its input's";
@@ -450,6 +533,7 @@ std::string match_rms_norm(const GraphIndex& index, const Node& mean, NormMatch*
   g.spec.dtype = xt.dtype;
   g.spec.out_dtype = xt.dtype;
   g.spec.has_weight = weight >= 0;
+  g.spec.round_before_weight = round_before_weight;
   g.spec.weight_dtype = weight >= 0 ? graph.value(weight).tensor.dtype : xt.dtype;
   if (weight >= 0) {
     if (std::string p = tensor_problem(graph.value(weight).tensor, xt.device, "the weight");
@@ -462,14 +546,13 @@ std::string match_rms_norm(const GraphIndex& index, const Node& mean, NormMatch*
     return "rsqrt is kept and not in the accumulation dtype";
   for (NodeId n : nodes) {
     for (ValueId o : graph.node(n).outputs) {
-      if (o != y && o != rstd && o != xs && index.used_outside(o, members))
+      if (o != y && o != rstd && index.used_outside(o, members))
         return "an intermediate of the RMS-norm chain is read elsewhere";
     }
   }
-  if (xs != x && index.used_outside(xs, members)) return "the upcast input is read elsewhere";
   if (!index.convex(members)) return "the RMS-norm chain is not convex";
   g.eps = eps;
-  g.normalized_dims = static_cast<int>(rank - r.begin);
+  g.normalized_dims = normalized;
   g.rows_of = x;
   g.inputs = {{"x", x}};
   if (weight >= 0) g.inputs.push_back({"weight", weight});

@@ -1,6 +1,6 @@
 // Row-wise normalizations -> NormSpec: softmax and log_softmax (forward and
-// backward), native_layer_norm and its backward, RMS norm as core ATen
-// leaves it (pow/mean/add/rsqrt/mul, Note [RMS-norm chain]),
+// backward), native_layer_norm and its backward, RMS norm's forward as core
+// ATen leaves it (pow/mean/add/rsqrt/mul with casts, Note [RMS-norm chain]),
 // mybackend's cross-entropy ops, and mybackend's training batch-norm
 // reductions.
 //
@@ -20,12 +20,55 @@
 // the op runs as ATen through its Python implementation.
 //
 // Note [RMS-norm chain]
-// F.rms_norm / nn.RMSNorm decompose to
-//   xs = x or _to_copy(x, f32); mean(pow(xs, 2), [-1...], keepdim) -> add eps
-//   -> rsqrt -> mul(xs, rsqrt) [-> mul(., weight)] [-> _to_copy(., x.dtype)]
-// Matched from the mean: every intermediate is read only inside the chain,
-// except rsqrt (saved for backward: stored as the kernel's rstd statistic)
-// and xs when it is x itself. The result must have x's dtype.
+// RMS norm reaches the planner as the chain core ATen leaves, written in
+// its three common orders:
+//   F.rms_norm (torch's _fused_rms_norm decomposition):
+//     xs = _to_copy(x, f32); r = rsqrt(add(mean(pow(xs, 2), [-1...], keepdim), eps))
+//     y = _to_copy(mul(mul(xs, r), weight), x.dtype)
+//   HF Llama (LlamaRMSNorm, Mistral, Qwen...):
+//     xs and r as above; y = mul(weight, _to_copy(mul(xs, r), x.dtype))
+//   T5 (T5LayerNorm): r as above; y = mul(weight, _to_copy(mul(x, r), weight.dtype))
+// Matched from the mean: pow(xs, 2) or mul(xs, xs), mean.dim over the
+// trailing dims with keepdim, add.Scalar/add.Tensor of a number, rsqrt,
+// then the normalising mul; the weight multiply and the cast back are
+// optional. In fp32 the casts are absent (x.to(f32) is x), and a chain
+// written in 16 bits without casts is taken too, computed in fp32 as a
+// generated pointwise kernel computes 16-bit ops (opmath). xs is x or an
+// exact widening cast of x to the chain's dtype, when that is the dtype the
+// kernel computes in for x (fp32 for bf16/fp16); the normalising mul reads
+// xs, x itself (T5: the mul widens it as the cast did) or another such cast
+// of x: mybackend/passes/widening_casts.py gives each of the cast's two
+// readers (the square and the mul) a copy of its own, Note [One widening
+// cast per reader], so in a compiled graph the chain has two casts of x. The
+// casts join the group when only the chain reads them. Every intermediate
+// is read only inside the chain, except rsqrt (saved for backward: stored
+// as the kernel's rstd statistic). The weight has exactly the normalized
+// dims' sizes; the result has x's dtype and shape.
+// The backward is autograd's derivative of the chain (pow(rstd, 3),
+// expand, sums over rows and columns, alias nodes: some 15 ops, another
+// arrangement for each order and dtype), not matched as a norm backward: it
+// runs as generated pointwise and reduction kernels.
+//
+// Note [RMS-norm rounding]
+// The kernel computes as the chain does, in fp32 (fp64 for fp64 x): the
+// square, the mean, eps, rsqrt and x * rstd are the chain's fp32 ops, the
+// casts of 16-bit x to fp32 are exact, and the sums run in another order
+// (as every reduction kernel's do). Where the chain rounds depends on where
+// the weight multiply sits:
+// - before the cast back (F.rms_norm): (x * rstd) * w in fp32 (a 16-bit
+//   weight widens exactly), rounded once to x's dtype on the store. The
+//   kernel's expression is the same.
+// - after the cast back (HF Llama, T5): h = x * rstd is rounded to 16 bits,
+//   then weight * h is a 16-bit multiply: eager computes it in fp32 and
+//   rounds. The spec says so (NormSpec::round_before_weight): the kernel
+//   rounds x * rstd to the output dtype, widens it back and multiplies by
+//   the weight in fp32. Both factors are 16-bit values (the mul's result has
+//   x's dtype only when the weight has it too), so their fp32 product is
+//   exact (8 + 8 or 11 + 11 significant bits), and the store's one rounding
+//   gives eager's result bit for bit.
+// A weight multiply whose result has another dtype (an fp32 weight after
+// the cast to bf16: an fp32 result) stays outside, and the norm ends at
+// the cast; a chain whose result does not have x's dtype is not taken.
 #pragma once
 
 #include <memory>

@@ -1,5 +1,6 @@
 list(APPEND CORE_SOURCES
   fusion/fusion_plan.cpp
+  fusion/fusion_plan_archive.cpp
   fusion/type_promotion.cpp
   fusion/pointwise_lowering.cpp
   fusion/pointwise_planner.cpp

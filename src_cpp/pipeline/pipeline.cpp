@@ -1,5 +1,8 @@
 #include "pipeline/pipeline.h"
 
+#include <algorithm>
+
+#include "pipeline/plan_archive.h"
 #include "runtime/kernel_kinds.h"
 
 namespace mybackend {
@@ -58,6 +61,8 @@ std::vector<c10::IValue> CompiledGraph::run_owning(std::vector<c10::IValue> inpu
   return outputs;
 }
 
+std::string CompiledGraph::plan_bytes() const { return save_plan(graph(), planning_, report_); }
+
 std::vector<Stage> compile_stages() {
   return {
       {"verify", [](CompileState& state) { state.graph->verify(); }},
@@ -69,19 +74,49 @@ std::vector<Stage> compile_stages() {
   };
 }
 
-std::unique_ptr<CompiledGraph> compile_graph(std::shared_ptr<const Graph> graph,
-                                             const CompileOptions& options,
-                                             PythonFallback python_fallback) {
+std::vector<Stage> planned_stages(std::string plan) {
+  const std::vector<Stage> all = compile_stages();
+  auto stage = [&all](const char* name) {
+    return *std::find_if(all.begin(), all.end(), [name](const Stage& s) { return s.name == name; });
+  };
+  auto load = [plan = std::move(plan)](CompileState& state) {
+    static_cast<CorePlan&>(state.report) = load_plan(*state.graph, state.options, plan);
+  };
+  return {stage("verify"), {"load_plan", load}, stage("codegen"), stage("runtime")};
+}
+
+namespace {
+
+std::unique_ptr<CompiledGraph> run_stages(const std::vector<Stage>& stages,
+                                          std::shared_ptr<const Graph> graph,
+                                          const CompileOptions& options,
+                                          PythonFallback python_fallback) {
   CompileState state;
   state.graph = std::move(graph);
   state.options = options;
   state.python_fallback = std::move(python_fallback);
-  for (const Stage& stage : compile_stages()) {
+  for (const Stage& stage : stages) {
     StageTimer timer(state.report.stage_times, stage.name);
     stage.run(state);
   }
   return std::make_unique<CompiledGraph>(std::move(state.executor), std::move(state.report),
-                                         state.options.cuda_graphs);
+                                         state.options);
+}
+
+}  // namespace
+
+std::unique_ptr<CompiledGraph> compile_graph(std::shared_ptr<const Graph> graph,
+                                             const CompileOptions& options,
+                                             PythonFallback python_fallback) {
+  return run_stages(compile_stages(), std::move(graph), options, std::move(python_fallback));
+}
+
+std::unique_ptr<CompiledGraph> compile_planned_graph(std::shared_ptr<const Graph> graph,
+                                                     std::string plan,
+                                                     const CompileOptions& options,
+                                                     PythonFallback python_fallback) {
+  return run_stages(planned_stages(std::move(plan)), std::move(graph), options,
+                    std::move(python_fallback));
 }
 
 }  // namespace mybackend

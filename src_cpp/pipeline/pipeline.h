@@ -13,6 +13,7 @@
 #include "fusion/fusion_plan.h"
 #include "ir/graph.h"
 #include "partition/partitioner.h"
+#include "pipeline/core_plan.h"
 #include "runtime/cuda_graph_runner.h"
 #include "runtime/executor.h"
 #include "runtime/generated/background_compile.h"
@@ -21,31 +22,28 @@
 
 namespace mybackend {
 
-struct CompileOptions {
-  CapabilityOptions capability;
-  PartitionerOptions partitioner;
+// The planning stages' options (capability, partitioner, fusion), then the rest.
+struct CompileOptions : PlanningOptions {
   CudaGraphPolicy cuda_graphs;
-  FusionOptions fusion;
   // Where generated kernels persist, whether they compile at all, and for
   // which target (the codegen stage's own options).
   CodegenOptions codegen;
 };
 
-// Everything a compile decides, kept for reports.
-struct CompileReport {
+// Everything a compile decides, kept for reports: the plan (decisions,
+// partitions, fusion plan) and the stages' times.
+struct CompileReport : CorePlan {
   StageTimes stage_times;
-  std::vector<SupportDecision> decisions;  // per node
-  PartitionResult partitions;
-  FusionPlan fusion;
 };
 
 class CompiledGraph {
  public:
   CompiledGraph(std::unique_ptr<Executor> executor, CompileReport report,
-                const CudaGraphPolicy& cuda_graphs)
+                const CompileOptions& options)
       : executor_(std::move(executor)),
-        runner_(std::make_unique<CudaGraphRunner>(*executor_, cuda_graphs)),
-        report_(std::move(report)) {}
+        runner_(std::make_unique<CudaGraphRunner>(*executor_, options.cuda_graphs)),
+        report_(std::move(report)),
+        planning_(options) {}
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const {
     return runner_->run(std::move(inputs));
   }
@@ -56,6 +54,9 @@ class CompiledGraph {
   std::vector<c10::IValue> run_owning(std::vector<c10::IValue> inputs,
                                       std::vector<c10::IValue>& given_back) const;
   const CompileReport& report() const { return report_; }
+  // The plan and the options it was made under, as bytes that
+  // compile_planned_graph() takes (Note [Plan archive]).
+  std::string plan_bytes() const;
   ExecutionStats stats() const { return executor_->stats(); }
   const Graph& graph() const { return executor_->graph(); }
   const CudaGraphRunner& cuda_graphs() const { return *runner_; }
@@ -65,6 +66,7 @@ class CompiledGraph {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<CudaGraphRunner> runner_;  // declared after executor_: it refers to it
   CompileReport report_;
+  PlanningOptions planning_;         // what report_'s plan was made under
   mutable RecoveryWindow recovery_;  // run() is const: it only learns which calls may skip recovery
 };
 
@@ -85,8 +87,20 @@ struct Stage {
 // verify -> capability -> partition -> fusion -> codegen -> runtime
 std::vector<Stage> compile_stages();
 
+// verify -> load_plan -> codegen -> runtime: compile_stages() with the
+// planning stages' results read from `plan` (CompiledGraph::plan_bytes() of
+// a compile of the same graph under the same planning options) instead.
+std::vector<Stage> planned_stages(std::string plan);
+
 std::unique_ptr<CompiledGraph> compile_graph(std::shared_ptr<const Graph> graph,
                                              const CompileOptions& options,
                                              PythonFallback python_fallback);
+
+// The same from a saved plan: Error when `plan` is not one for this graph
+// and these options (Note [Plan archive]), before anything is compiled.
+std::unique_ptr<CompiledGraph> compile_planned_graph(std::shared_ptr<const Graph> graph,
+                                                     std::string plan,
+                                                     const CompileOptions& options,
+                                                     PythonFallback python_fallback);
 
 }  // namespace mybackend

@@ -182,7 +182,8 @@ std::string NormSpec::to_string() const {
       << " has_weight=" << flag(has_weight) << " has_bias=" << flag(has_bias)
       << " save_stats=" << flag(save_stats) << " param_grads=" << flag(param_grads)
       << " aligned=" << flag(aligned) << " index=" << (index64 ? "i64" : "i32")
-      << " threads=" << std::to_string(threads) << tuning_text(tuning) << "\n";
+      << " threads=" << std::to_string(threads)
+      << (round_before_weight ? " round_before_weight=1" : "") << tuning_text(tuning) << "\n";
   if (prologue) {
     out << "  prologue:\n";
     indent_into(out, prologue->to_string(), "    ");

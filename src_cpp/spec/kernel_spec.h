@@ -263,7 +263,11 @@ struct NormSpec {
   bool has_bias = false;    // layer norm only
   bool save_stats = true;   // forward norms: write mean/rstd for backward
   bool param_grads = true;  // backward norms: also emit the dweight/dbias kernel
-  bool aligned = false;     // every base pointer 16-byte aligned
+  // RMS norm forward with a weight: x * rstd is rounded to out_dtype before
+  // the weight multiply, as HF Llama's and T5's `weight * h.to(dtype)` do
+  // (Note [RMS-norm rounding] in fusion/norm_lowering.h).
+  bool round_before_weight = false;
+  bool aligned = false;  // every base pointer 16-byte aligned
   bool index64 = false;
   int threads = 256;
   // The launch tuning of the compile (Note [Tuning in the specs]); printed

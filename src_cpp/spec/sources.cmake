@@ -11,4 +11,5 @@ list(APPEND CORE_SOURCES
   spec/spec_validate.cpp
   spec/matmul_spec.cpp
   spec/attention_spec.cpp
-  spec/conv_spec.cpp)
+  spec/conv_spec.cpp
+  spec/spec_archive.cpp)

@@ -237,6 +237,8 @@ std::string check_norm_epilogue(const NormSpec& spec) {
 
 std::string validate(const NormSpec& spec) {
   if (std::string p = check_threads(spec.threads); !p.empty()) return p;
+  if (spec.round_before_weight && (spec.kind != NormKind::RmsNormForward || !spec.has_weight))
+    return "only an RMS norm forward with a weight rounds before the weight multiply";
   for (DType d : {spec.dtype, spec.out_dtype, spec.weight_dtype}) {
     if (!is_floating(d) || !codegen_supports_dtype(d))
       return "norms need floating dtypes, got " + name(d);

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from mybackend.compiled import CompiledGraphFunction
+from mybackend.compiled import CompiledGraphFunction, StepFloorCall
 from mybackend.eager_floor import COMPILED, EAGER
 from tests.testing import compiled_records
 
@@ -28,6 +28,15 @@ def _slowed(method: Any) -> Any:
         return method(self, args)
 
     return slow
+
+
+def _spin_ms() -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(SPIN_CYCLES)
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
 
 
 def _mlp() -> nn.Module:
@@ -67,10 +76,23 @@ def test_inference_runs_the_faster_side(
     assert list((tmp_path / "eager-floor").glob("*.json")), "the choice was not kept"
 
 
-def test_training_graphs_choose_apart_and_stay_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_training_step_is_timed_whole_against_the_users_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Note [A training step is timed whole]: the compiled forward and backward
+    # are slowed; the floor in front of the dynamo graph must see it in the
+    # step's cost and hand the calls to the user's graph, with equal gradients.
     monkeypatch.setattr(
         CompiledGraphFunction, "_run_compiled", _slowed(CompiledGraphFunction._run_compiled)
     )
+    step_floors: list[StepFloorCall] = []
+    original_init = StepFloorCall.__init__
+
+    def init(self: StepFloorCall, *args: Any) -> None:
+        original_init(self, *args)
+        step_floors.append(self)
+
+    monkeypatch.setattr(StepFloorCall, "__init__", init)
     model = _mlp()
     reference = _mlp()
     compiled = torch.compile(model, backend="mybackend", options={"kernel_cache_dir": "off"})
@@ -85,9 +107,15 @@ def test_training_graphs_choose_apart_and_stay_correct(monkeypatch: pytest.Monke
                 torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
     _, records = compiled_records(steps)
-    floors = _floors(records)
-    assert {name.rsplit(".", 1)[-1] for name in floors} == {"forward", "backward"}
-    assert all(f.choice == EAGER for f in floors.values()), [f.describe() for f in floors.values()]
+    assert {r.name.rsplit(".", 1)[-1] for r in records} >= {"forward", "backward"}
+    assert all(floor is None for floor in _floors(records).values())  # no per-graph floor
+    (step,) = step_floors
+    assert step.floor.choice == EAGER, step.floor.describe()
+    # The backward counted: each half spins once, so a compiled step costs
+    # about two spins; the forward alone would cost one.
+    assert step.floor.compiled_ms is not None and step.floor.compiled_ms > 1.5 * _spin_ms()
+    # No hook of the floor's stays on a parameter.
+    assert all(not p._backward_hooks for p in model.parameters())
 
 
 def test_a_later_process_starts_with_the_kept_choice(

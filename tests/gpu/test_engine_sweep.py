@@ -205,10 +205,22 @@ FP32_ATTENTION = (
     "cuDNN SDPA takes bf16/fp16: fp32 attention stays torch's kernel (attention_planner.cpp)",
 )
 
-RMS_NORM_GAP = (
-    "gap: in 16-bit dtypes rms_norm decomposes with casts around its reduction, which the "
-    "norm matcher does not take yet; it runs as generated pointwise and reduction kernels"
+# The forward chain is one norm kernel in every dtype and order (Note
+# [RMS-norm chain] in src_cpp/fusion/norm_lowering.h); its backward is
+# autograd's derivative of the chain, not matched as a norm backward.
+RMS_NORM_BACKWARD_GAP = (
+    "gap: rms_norm's backward is not matched as a norm backward; it runs as generated "
+    "pointwise and reduction kernels"
 )
+
+
+def _llama_rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """HF LlamaRMSNorm (Mistral, Qwen): statistics in fp32, the cast back
+    before the weight multiply (a 16-bit product: Note [RMS-norm rounding])."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * h.to(x.dtype)
+
 
 # fmt: off
 PATTERNS: list[Case] = [
@@ -230,9 +242,10 @@ PATTERNS: list[Case] = [
          {"forward": "layer_norm", "train": "layer_norm_backward"}),
     Case("norm", "rms_norm", lambda x, w: F.rms_norm(x, (C,), w, 1e-6), AFFINE[:2],
          {"forward": "rms_norm", "train": "rms_norm_backward"},
-         unclaimed=(("bf16", RMS_NORM_GAP), ("fp16", RMS_NORM_GAP),
-                    ("train", "gap: rms_norm's backward is not matched as a norm backward; "
-                     "it runs as generated pointwise and reduction kernels")),),
+         unclaimed=(("train", RMS_NORM_BACKWARD_GAP),)),
+    Case("norm", "rms_norm_llama", _llama_rms_norm, AFFINE[:2],
+         {"forward": "rms_norm", "train": "rms_norm_backward"},
+         unclaimed=(("train", RMS_NORM_BACKWARD_GAP),)),
     Case("norm", "batch_norm_relu",
          lambda x, m, v, w, b: torch.relu(F.batch_norm(x, m, v, w, b, training=True)),
          BATCH_NORM, {"forward": "batch_norm_stats", "train": "batch_norm_backward_reduce"}),

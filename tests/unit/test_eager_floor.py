@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 import torch
 
-from mybackend.eager_floor import COMPILED, EAGER, EagerFloor, FloorSettings, floor_cache_file
+from mybackend.compiled import StepFloorCall, is_training_graph, with_step_floor
+from mybackend.eager_floor import (
+    COMPILED,
+    EAGER,
+    EagerFloor,
+    FloorSettings,
+    StepTimer,
+    floor_cache_file,
+)
+from mybackend.options import Options
 from mybackend.reports import GraphRecord, graph_floor
 
 SETTINGS = FloorSettings(warmup=2, samples=3, margin=0.05)
@@ -31,11 +40,14 @@ class ScriptedTimer:
     def can_time(self) -> bool:
         return not self.capturing
 
-    def start(self) -> Any:
+    def start(self, inputs: Any = ()) -> Any:
         return None
 
-    def stop(self, started: Any) -> Any:
+    def stop(self, started: Any, outputs: Any = None) -> Any:
         return self.side
+
+    def close(self) -> None:
+        pass
 
     def ready(self, timed: Any) -> bool:
         return self.done
@@ -188,3 +200,90 @@ def test_explain_shows_the_floor_of_each_graph() -> None:
         "eager floor: compiled 3.000 ms, eager 1.000 ms per call: runs eager"
     )
     assert graph_floor(GraphRecord("h", "inference", "", None, [])) is None
+
+
+class ClockEvent:
+    """A CUDA event's stand-in: records the scripted clock when made."""
+
+    clock = [0.0]
+
+    def __init__(self) -> None:
+        self.at = ClockEvent.clock[0]
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: ClockEvent) -> float:
+        return end.at - self.at
+
+
+def _advance(ms: float) -> None:
+    ClockEvent.clock[0] += ms
+
+
+def test_a_training_call_costs_its_forward_and_its_backward() -> None:
+    # Note [A training step is timed whole]
+    timer = StepTimer(event=ClockEvent)
+    weight = torch.nn.Parameter(torch.ones(3))
+    started = timer.start([weight, torch.ones(3)])
+    _advance(2.0)
+    out = (weight * 2).sum()
+    record = timer.stop(started, (out,))
+    assert record.expects_backward and not timer.ready(record)
+    _advance(5.0)  # the rest of the step before its backward reaches the graph
+    out.register_hook(lambda grad: _advance(3.0))  # the graph's backward takes 3 ms
+    out.backward()
+    assert timer.ready(record)
+    assert timer.cost_ms(record) == pytest.approx(max(2.0, record.host_ms) + 3.0)
+    assert not weight._backward_hooks  # removed when the backward ended
+
+
+def test_a_call_without_backward_costs_its_forward_and_leaves_no_hook() -> None:
+    timer = StepTimer(event=ClockEvent)
+    weight = torch.nn.Parameter(torch.ones(3))
+    record = timer.stop(timer.start([weight]), ((weight * 2).sum(),))
+    assert record.expects_backward and not timer.ready(record)  # never run
+    assert weight._backward_hooks
+    timer.close()  # the floor settles
+    assert not weight._backward_hooks
+    with torch.no_grad():
+        plain = timer.stop(timer.start([weight]), (weight * 2,))
+    assert not plain.expects_backward and timer.ready(plain)
+
+
+def test_the_step_floor_runs_the_users_graph_once_eager_wins() -> None:
+    timer = ScriptedTimer(compiled_ms=10.0, eager_ms=1.0)
+    floor = EagerFloor("step", None, SETTINGS, timer)
+    calls: list[str] = []
+
+    def compiled(*args: Any) -> str:
+        timer.side = COMPILED
+        calls.append(COMPILED)
+        return COMPILED
+
+    def user_graph(*args: Any) -> str:
+        timer.side = EAGER
+        calls.append(EAGER)
+        return EAGER
+
+    step = StepFloorCall(compiled, user_graph, floor)
+    for _ in range(1 + 2 * (SETTINGS.warmup + SETTINGS.samples) + 1):
+        step(torch.ones(1))
+    assert calls[0] == COMPILED  # the compiled graph's trial call
+    assert floor.choice == EAGER
+    assert step(torch.ones(1)) == EAGER
+
+
+def test_only_training_graphs_on_cuda_get_a_step_floor() -> None:
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
+    weight = torch.nn.Parameter(torch.ones(2))
+    assert is_training_graph([weight])
+    with torch.no_grad():
+        assert not is_training_graph([weight])
+    assert not is_training_graph([torch.ones(2)])
+
+    def compiled(*args: Any) -> None:
+        return None
+
+    # On the CPU mybackend runs ATen: nothing to time.
+    assert with_step_floor(compiled, gm, [weight], Options()) is compiled

@@ -25,7 +25,7 @@ import torch.fx
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._functorch.aot_autograd import aot_function
 
-from mybackend import _C, warm_start
+from mybackend import _C, compile_times, warm_start
 from mybackend.compile_times import (
     AOT_COMPILES,
     CORE_PLAN_LOADS,
@@ -146,13 +146,6 @@ def test_second_process_does_no_aot_trace_and_no_lowering(tmp_path: Path) -> Non
         assert result["error"] <= 1e-5  # outputs and gradients as eager's
 
 
-@pytest.mark.xfail(
-    not (hasattr(_C, "compile_planned") and hasattr(_C.CompiledGraph, "plan_bytes")),
-    reason="the core's plan cannot be saved yet: the extension lacks the bindings "
-    "CompiledGraph.plan_bytes and _C.compile_planned (Note [Saved core plans], "
-    "docs/warm-start.md)",
-    strict=True,
-)
 def test_second_process_does_not_plan(tmp_path: Path) -> None:
     run_child(tmp_path, [{"train": True}])
     (warm,), _ = run_child(tmp_path, [{"train": True}])
@@ -211,17 +204,23 @@ def test_a_corrupted_entry_is_ignored_with_one_warning(tmp_path: Path) -> None:
 # --- in-process -------------------------------------------------------------------
 
 
-def _lowered_mlp() -> tuple[Any, list[torch.Tensor], torch.fx.GraphModule]:
+def _lowered(
+    fn: Callable[..., Any], inputs: list[torch.Tensor]
+) -> tuple[Any, list[torch.Tensor], torch.fx.GraphModule]:
     graphs: list[Any] = []
 
     def keep(gm: torch.fx.GraphModule, inputs: Any) -> Any:
         graphs.append((gm, list(inputs)))
         return gm
 
-    inputs = [torch.randn(3, 8), torch.randn(16, 8)]
-    aot_function(lambda x, w: torch.relu(x @ w.t()).sum(1), fw_compiler=keep)(*inputs)
+    aot_function(fn, fw_compiler=keep)(*inputs)
     gm, example_inputs = graphs[0]
     return lower(gm, example_inputs), inputs, gm
+
+
+def _lowered_mlp() -> tuple[Any, list[torch.Tensor], torch.fx.GraphModule]:
+    inputs = [torch.randn(3, 8), torch.randn(16, 8)]
+    return _lowered(lambda x, w: torch.relu(x @ w.t()).sum(1), inputs)
 
 
 def test_a_replayed_tape_builds_the_same_graph() -> None:
@@ -232,6 +231,40 @@ def test_a_replayed_tape_builds_the_same_graph() -> None:
     assert again.to_text(True) == lowered.graph.to_text(True)
     replayed = pickle.loads(pickle.dumps(lowered.tape)).replay()
     assert replayed.to_text(True) == lowered.graph.to_text(True)
+
+
+def test_a_saved_plan_is_compiled_without_planning_and_a_wrong_one_plans_again() -> None:
+    lowered, inputs, _ = _lowered_mlp()
+    core_options = Options().core_options()
+    core = _C.compile(lowered.graph, core_options)
+    plan = core.plan_bytes()
+    loaded = _C.compile_planned(lowered.graph, plan, core_options)
+    assert [s for s, _ in loaded.stage_times()] == ["verify", "load_plan", "codegen", "runtime"]
+    assert loaded.plan_bytes() == plan
+    for key in ("nodes", "kernels", "partitions", "schedule"):
+        assert loaded.report()[key] == core.report()[key]
+    torch.testing.assert_close(loaded.run(list(inputs)), core.run(list(inputs)))
+    # Bytes that are not this graph's plan under these options raise _C.Error...
+    wrong = {
+        "truncated": (lowered.graph, plan[:-1], core_options),
+        "magic number": (lowered.graph, b"not a plan", core_options),
+        "other partitioner options": (
+            lowered.graph,
+            plan,
+            {**core_options, "min_partition_size": 7},
+        ),
+    }
+    for message, (graph, data, options) in wrong.items():
+        with pytest.raises(_C.Error, match=message):
+            _C.compile_planned(graph, data, options)
+    # ...on which compile_core plans again, as for a plan of another graph.
+    other, _, _ = _lowered(lambda x: x.sin() + 1, [torch.randn(3)])
+    before = compile_times.counts()
+    warm_start.compile_core(lowered.graph, core_options, plan[: len(plan) // 2])
+    warm_start.compile_core(other.graph, core_options, plan)
+    after = compile_times.counts()
+    assert after[CORE_PLANS] - before.get(CORE_PLANS, 0) == 2
+    assert after.get(CORE_PLAN_LOADS, 0) == before.get(CORE_PLAN_LOADS, 0)
 
 
 def _recipe(

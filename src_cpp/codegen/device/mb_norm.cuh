@@ -317,13 +317,25 @@ struct PairSumReducer {
   __device__ static AccT shfl(AccT v, int m) { return AccT{shfl_xor(v.a, m), shfl_xor(v.b, m)}; }
 };
 
+// One output element of a forward layer or RMS norm: (v - mean) * rstd,
+// rounded to TO first when ROUND (an RMS norm whose chain casts x * rstd to
+// its 16-bit dtype before the weight multiply: Note [RMS-norm rounding] in
+// fusion/norm_lowering.h), times w, plus b when there is one.
+template <class TO, bool ROUND, bool HAS_B, class A>
+__device__ __forceinline__ A norm_output(A v, A mean, A rstd, A w, A b) {
+  A n = (v - mean) * rstd;
+  if constexpr (ROUND) n = static_cast<A>(to_compute(from_compute<TO>(n)));
+  if constexpr (HAS_B) return n * w + b;
+  return n * w;
+}
+
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), var biased.
 // RMS (RMS == true): y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
 // Register path (Note [Rows in registers]): the row is read once; the
 // mean, then the sum of squared deviations from it, are exact two-pass
 // statistics over registers (RMS: the sum of squares only).
 template <class T, class TO, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W,
-          bool HAS_B, bool SAVE, class X>
+          bool HAS_B, bool SAVE, bool ROUND, class X>
 __device__ __forceinline__ void norm_forward_rows(const X& x, const W* __restrict__ w,
                                                   const W* __restrict__ b, TO* __restrict__ y,
                                                   typename Compute<T>::type* __restrict__ mean_out,
@@ -360,7 +372,8 @@ __device__ __forceinline__ void norm_forward_rows(const X& x, const W* __restric
       load_param<HAS_W, VEC>(w + c, wv, A(1));
       load_param<HAS_B, VEC>(b + c, bv, A(0));
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) v[k][e] = (v[k][e] - mean) * rstd * wv[e] + bv[e];
+      for (int e = 0; e < VEC; ++e)
+        v[k][e] = norm_output<TO, ROUND, HAS_B>(v[k][e], mean, rstd, wv[e], bv[e]);
       store_compute<VEC>(y + offset + c, v[k]);
     });
   });
@@ -391,7 +404,7 @@ __device__ __forceinline__ A block_all_sum(A v, int slot) {
 // took 197x768 bf16 from 2.47 to 1.63 us on an H200 (a hand-written
 // prototype, Inductor 1.54).
 template <class T, class TO, class W, class I, int VEC, bool RMS, bool HAS_W, bool HAS_B, bool SAVE,
-          class X>
+          bool ROUND, class X>
 __device__ __forceinline__ void norm_forward_row_block(
     const X& x, const W* __restrict__ w, const W* __restrict__ b, TO* __restrict__ y,
     typename Compute<T>::type* __restrict__ mean_out,
@@ -434,7 +447,8 @@ __device__ __forceinline__ void norm_forward_row_block(
     }
     if (mine) {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) v[e] = (v[e] - mean) * rstd * wv[e] + bv[e];
+      for (int e = 0; e < VEC; ++e)
+        v[e] = norm_output<TO, ROUND, HAS_B>(v[e], mean, rstd, wv[e], bv[e]);
       store_compute<VEC>(y + row * cols + c, v);
     }
   }
@@ -444,7 +458,7 @@ __device__ __forceinline__ void norm_forward_row_block(
 // result that only feeds a cast to bf16 or fp16 is stored cast). x is a
 // StoredRows<T> or a prologue's Load functor, whose values are T's.
 template <class T, class TO, class W, class I, int VEC, int CHUNKS, bool RMS, bool HAS_W,
-          bool HAS_B, bool SAVE, class X>
+          bool HAS_B, bool SAVE, bool ROUND, class X>
 __device__ __forceinline__ void norm_forward(const X& x, const W* __restrict__ w,
                                              const W* __restrict__ b, TO* __restrict__ y,
                                              typename Compute<T>::type* __restrict__ mean_out,
@@ -453,7 +467,7 @@ __device__ __forceinline__ void norm_forward(const X& x, const W* __restrict__ w
   typedef typename Compute<T>::type A;
   typedef WelfordReducer<A> R;
   if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
-    norm_forward_rows<T, TO, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE, X>(
+    norm_forward_rows<T, TO, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE, ROUND, X>(
         x, w, b, y, mean_out, rstd_out, rows, cols, eps, tpr);
     return;
   }
@@ -478,7 +492,8 @@ __device__ __forceinline__ void norm_forward(const X& x, const W* __restrict__ w
         x.template vec<N>(base + c, v);
         load_param<HAS_W, N>(w + c, wv, A(1));
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[k] = v[k] * rstd * wv[k];
+        for (int k = 0; k < N; ++k)
+          v[k] = norm_output<TO, ROUND, false>(v[k], A(0), rstd, wv[k], A(0));
         store_compute<N>(y + base + c, v);
       });
       continue;
@@ -506,7 +521,8 @@ __device__ __forceinline__ void norm_forward(const X& x, const W* __restrict__ w
       load_param<HAS_W, N>(w + c, wv, A(1));
       load_param<HAS_B, N>(b + c, bv, A(0));
 #pragma unroll
-      for (int k = 0; k < N; ++k) v[k] = (v[k] - mean) * rstd * wv[k] + bv[k];
+      for (int k = 0; k < N; ++k)
+        v[k] = norm_output<TO, ROUND, HAS_B>(v[k], mean, rstd, wv[k], bv[k]);
       store_compute<N>(y + base + c, v);
     });
   }
