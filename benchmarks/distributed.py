@@ -23,9 +23,11 @@ steps (the first compiles). Rank 0 prints one markdown table last and, with
 ``--out``, writes results.json and results.md there. A backend that fails
 is reported as failed and the run goes on to the next.
 
-``--fsdp-compile blocks`` compiles each transformer block on its own (as
-torchtitan does) instead of the whole model, whose forward dynamo cannot
-trace through FSDP2's hooks (docs/distributed.md).
+``--fsdp-compile blocks`` compiles each transformer block on its own and
+the head with the loss (as torchtitan compiles its blocks and its loss)
+instead of the whole model, whose forward dynamo cannot trace through
+FSDP2's hooks (docs/distributed.md). ``--profile-steps N`` profiles N more
+steps of each run (torch.profiler) and writes rank 0's summary to ``--out``.
 """
 
 from __future__ import annotations
@@ -73,21 +75,35 @@ class Result:
     loss_ok: bool | None = None
     graphs: int = 0  # dynamo graphs (unique_graphs)
     graph_breaks: int = 0
+    recompiles: int = 0  # frames dynamo compiled again (recompiles())
     fallbacks: int = 0  # mybackend graphs that ran eagerly
+    # mybackend's eager floors per graph (Note [Eager is the floor]): their
+    # choices and timings, CUDA graphs only
+    # (a rank chooses on its own clock: every rank's, by rank).
+    floors: list[dict[str, str]] = dataclasses.field(default_factory=list)
     error: str | None = None
 
 
 class LossModel(nn.Module):
-    """GPT-2's logits and the next-token cross entropy in one module, so that
-    the loss is inside the compiled graph (mybackend's fused cross entropy)."""
+    """GPT-2 with the next-token cross entropy. The output layer and the loss
+    are one method, ``head_loss``, so that they are one compiled graph
+    (mybackend's fused cross entropy, the padded output layer) however the
+    model is compiled: under FSDP2, calling the transformer (sharded blocks)
+    is a graph break, and the head and the loss must not be split by it
+    (docs/distributed.md)."""
 
     def __init__(self, gpt2: nn.Module, vocab: int) -> None:
         super().__init__()
-        self.gpt2 = gpt2
+        self.gpt2: Any = gpt2  # GPT2LMHeadModel
         self.vocab = vocab
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self.gpt2(input_ids=tokens).logits
+        hidden = self.gpt2.transformer(input_ids=tokens).last_hidden_state
+        return self.head_loss(hidden, targets)
+
+    def head_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """GPT2LMHeadModel's logits (all positions) and the loss."""
+        logits = self.gpt2.lm_head(hidden)
         return F.cross_entropy(logits.float().view(-1, self.vocab), targets.view(-1))
 
 
@@ -117,9 +133,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fsdp-compile", choices=("model", "blocks"), default="model")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket size")
     parser.add_argument("--out", type=Path, default=None, help="folder for results.json/md")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="steps profiled after the timed ones (summary in --out)")  # fmt: skip
+    parser.add_argument("--mybackend-options", type=json.loads, default={},
+                        help="""mybackend's options, JSON: '{"eager_floor": false}'""")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0:
-        parser.error("--steps must be 1 or more, --warmup 0 or more")
+    if args.steps < 1 or args.warmup < 0 or args.profile_steps < 0:
+        parser.error("--steps must be 1 or more, --warmup and --profile-steps 0 or more")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.tiny:
         args.seq = min(args.seq, 32)
@@ -171,17 +191,82 @@ def wrap(model: LossModel, setup: str, device: str, bucket_cap_mb: float) -> nn.
 
 
 def compile_step(
-    model: nn.Module, setup: str, backend: str, fsdp_compile: str
+    model: nn.Module,
+    setup: str,
+    backend: str,
+    fsdp_compile: str,
+    mybackend_options: dict[str, Any] | None = None,
 ) -> Callable[..., torch.Tensor]:
-    """The module's forward under the backend (eager: itself)."""
+    """The module's forward under the backend (eager: itself); mybackend's
+    backends get ``mybackend_options`` on top of their own."""
     kwargs = REGISTRY[backend]
     if kwargs is None:
         return model
+    if mybackend_options and kwargs.get("backend") == "mybackend":
+        from mybackend.options import mode_preset
+
+        # torch.compile takes a mode or options, not both: the mode as its options.
+        options = {**mode_preset(kwargs.get("mode")), **kwargs.get("options", {})}
+        kwargs = {"backend": "mybackend", "options": {**options, **mybackend_options}}
     if setup.startswith("fsdp2") and fsdp_compile == "blocks":
         for block in transformer_blocks(model):
             block.compile(**kwargs)
+        assert isinstance(model, LossModel)
+        # An instance attribute: forward calls the compiled method.
+        model.head_loss = torch.compile(model.head_loss, **kwargs)  # type: ignore[method-assign]
         return model
     return torch.compile(model, **kwargs)
+
+
+def recompiles() -> int:
+    """Compiles of a frame after its first since the last dynamo reset:
+    dynamo numbers each frame's compiles (the "[frame/compile]" of its logs)."""
+    from torch._dynamo import convert_frame
+
+    return sum(max(count - 1, 0) for count in convert_frame.FRAME_COMPILE_COUNTER.values())
+
+
+def floor_choices(records: list[Any]) -> dict[str, str]:
+    """What mybackend's eager floors did, by graph: each inference graph's own
+    (Note [Eager is the floor]) and each training graph's step floor (Note [A
+    training step is timed whole]), found among the live objects since no
+    record holds it. Graphs without a floor (CPU graphs, collectives) are
+    left out; so are graphs that fell back to eager."""
+    import mybackend.compiled
+
+    floors = {}
+    for record in records:
+        floor = getattr(record.compiled, "floor", None)
+        if floor is not None and not record.fallback_reason:
+            floors[record.name] = floor.describe().removeprefix("eager floor: ")
+    step_call = getattr(mybackend.compiled, "StepFloorCall", None)
+    steps = [o for o in gc.get_objects() if step_call is not None and type(o) is step_call]
+    for index, call in enumerate(steps):
+        floors[f"training graph {index}"] = call.floor.describe().removeprefix("eager floor: ")
+    return floors
+
+
+def floor_summary(floors: dict[str, str]) -> str:
+    """The table's floor column: graphs running compiled / eager / measuring
+    on one rank ('-' where no graph has a floor)."""
+    count = {"compiled": 0, "eager": 0, "measuring": 0}
+    for text in floors.values():
+        if text.startswith("measuring"):
+            count["measuring"] += 1
+        elif text.endswith(("runs eager", "runs eager (cached)")):
+            count["eager"] += 1
+        elif "runs compiled" in text:
+            count["compiled"] += 1
+    if not any(count.values()):
+        return "-"
+    return f"{count['compiled']}/{count['eager']}/{count['measuring']}"
+
+
+def every_rank(value: Any) -> list[Any]:
+    """Each rank's value, by rank (a collective: every rank calls it)."""
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
 
 
 @contextmanager
@@ -209,7 +294,7 @@ def run_one(args: argparse.Namespace, setup: str, backend: str, rank: int) -> Re
     torch.manual_seed(0)  # the same weights for every backend and rank
     model = wrap(build_model(args.tiny), setup, args.device, args.bucket_cap_mb)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    step_fn = compile_step(model, setup, backend, args.fsdp_compile)
+    step_fn = compile_step(model, setup, backend, args.fsdp_compile, args.mybackend_options)
     vocab = 1000 if args.tiny else 50257
     generator = torch.Generator().manual_seed(1234 + rank)
     batches = [
@@ -224,25 +309,73 @@ def run_one(args: argparse.Namespace, setup: str, backend: str, rank: int) -> Re
         autocast = torch.autocast(args.device, dtype=torch.bfloat16)
     result = Result(setup, backend)
     losses = []
+
+    def train_step(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with autocast:
+            loss = step_fn(tokens, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
     with mybackend_fallbacks(backend) as records:
         for index, (tokens, targets) in enumerate(batches):
             if index == args.warmup:
                 synchronize(args.device)
                 start = time.perf_counter()
-            with autocast:
-                loss = step_fn(tokens, targets)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.detach())
+            losses.append(train_step(tokens, targets))
         synchronize(args.device)
         elapsed = time.perf_counter() - start
+        if args.profile_steps:
+            profile_steps(args, f"{setup}-{backend}", rank, train_step, batches)
     result.ms_per_step = elapsed * 1e3 / max(args.steps, 1)
     result.losses = [float(x) for x in torch.stack(losses).float().cpu()]
     result.graphs = counters["stats"]["unique_graphs"]
     result.graph_breaks = sum(counters["graph_break"].values())
+    result.recompiles = recompiles()
     result.fallbacks = sum(1 for record in records if record.fallback_reason)
+    if backend.startswith("mybackend"):
+        result.floors = every_rank(floor_choices(records))
     return result
+
+
+def profile_steps(
+    args: argparse.Namespace,
+    name: str,
+    rank: int,
+    train_step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    batches: list[tuple[torch.Tensor, ...]],
+) -> None:
+    """Runs --profile-steps more steps under torch.profiler; rank 0 writes
+    profile-NAME.txt to --out: ms per step, the device's kernel time per step
+    (all streams, summed), and the ops with the most host and device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if args.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    steps = args.profile_steps
+    with profile(activities=activities) as prof:
+        synchronize(args.device)
+        start = time.perf_counter()
+        for index in range(steps):
+            train_step(*batches[index % len(batches)])
+        synchronize(args.device)
+        elapsed = time.perf_counter() - start
+    if rank != 0 or args.out is None:
+        return
+    averages = prof.key_averages()
+    device_us = sum(event.self_device_time_total for event in averages)
+    lines = [
+        f"{name}: {steps} profiled steps, {elapsed * 1e3 / steps:.2f} ms per step under the"
+        f" profiler, {device_us / 1e3 / steps:.2f} ms of device kernel time per step",
+        "",
+        averages.table(sort_by="self_cpu_time_total", row_limit=30),
+    ]
+    if args.device == "cuda":
+        lines.append(averages.table(sort_by="self_device_time_total", row_limit=30))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"profile-{name}.txt").write_text("\n".join(lines) + "\n")
 
 
 def synchronize(device: str) -> None:
@@ -271,20 +404,21 @@ def check_losses(result: Result, eager: Result | None, rtol: float) -> None:
 def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str:
     """The table rank 0 prints: one row per setup and backend."""
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    options = json.dumps(args.mybackend_options)
     lines = [
         f"GPT-2 {'tiny' if args.tiny else 'small'}, {world} x {device}, batch {args.batch}"
         f" x {args.seq} per rank, AdamW, {args.steps} timed steps after {args.warmup}"
-        f" (fsdp compile: {args.fsdp_compile})",
+        f" (fsdp compile: {args.fsdp_compile}, mybackend options: {options})",
         "",
         "| setup | backend | ms/step | vs eager | max loss rel. diff | loss check |"
-        " graphs | graph breaks | fallbacks |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|",
+        " graphs | graph breaks | recompiles | floor c/e/m | fallbacks |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     eager_ms = {r.setup: r.ms_per_step for r in results if r.backend == "eager"}
     for r in results:
         if r.error is not None:
             reason = r.error.strip().splitlines()[-1][:120].replace("|", "/")
-            lines.append(f"| {r.setup} | {r.backend} | failed: {reason} | | | | | | |")
+            lines.append(f"| {r.setup} | {r.backend} | failed: {reason} | | | | | | | | |")
             continue
         base = eager_ms.get(r.setup)
         speedup = f"{base / r.ms_per_step:.2f}x" if base and r.ms_per_step else ""
@@ -292,8 +426,20 @@ def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str
         check = {None: "", True: "ok", False: "MISMATCH"}[r.loss_ok]
         lines.append(
             f"| {r.setup} | {r.backend} | {r.ms_per_step:.2f} | {speedup} | {diff} | {check} |"
-            f" {r.graphs} | {r.graph_breaks} | {r.fallbacks} |"
+            f" {r.graphs} | {r.graph_breaks} | {r.recompiles} |"
+            f" {'; '.join(floor_summary(floors) for floors in r.floors)} | {r.fallbacks} |"
         )
+    lines += [
+        "",
+        "floor c/e/m: per rank, mybackend's graphs that its eager floors run compiled, run"
+        " eagerly or still measure ('-': no graph has a floor, e.g. on the CPU).",
+    ]
+    for r in results:
+        for rank, floors in enumerate(r.floors):
+            timed = {name: text for name, text in floors.items() if "ms per call" in text}
+            if timed:
+                lines += ["", f"Eager floors, {r.setup} {r.backend}, rank {rank}:", ""]
+                lines += [f"- {name}: {text}" for name, text in timed.items()]
     return "\n".join(lines)
 
 
@@ -332,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
                     write_results(results, args, world)  # what a stopped step leaves
         if rank == 0:
             print(markdown(results, args, world), flush=True)
+        # No rank tears the group down while another still uses it: on the CPU
+        # (gloo) a rank's exit then ended in std::terminate, 5 to 7 runs in 10.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     failed = any(r.error is not None or r.loss_ok is False for r in results)

@@ -40,7 +40,7 @@ from mybackend.compile_times import (
 )
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
 from mybackend.decompositions import decomposition_table
-from mybackend.distributed import count_aot_compile, has_collectives
+from mybackend.distributed import count_aot_compile, has_collectives, multi_rank
 from mybackend.eager_floor import EagerFloor, FloorInputs, floor_cache_path, runs_on_cuda
 from mybackend.gc_pause import collections_paused
 from mybackend.hooks.background import BackgroundGraphFunction
@@ -216,7 +216,7 @@ def _compile_now(
     # A training graph's forward and backward are timed together, against the
     # user's graph (Note [A training step is timed whole]).
     floored = kind == "inference" and runs_on_cuda(example_inputs)
-    if options.eager_floor and floored and not has_collectives(planned):
+    if options.eager_floor and floored and not (has_collectives(planned) or multi_rank()):
         # Note [Eager is the floor]; the key is kept for a warm start (Note [Warm-started floors])
         floor_inputs = FloorInputs.of(example_inputs)
         cache_file = floor_cache_path(

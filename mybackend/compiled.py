@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from mybackend._logging import get_logger, warn_once
-from mybackend.distributed import has_collectives
+from mybackend.distributed import has_collectives, multi_rank
 from mybackend.eager_floor import (
     EAGER,
     EagerFloor,
@@ -269,6 +269,7 @@ def with_step_floor(
         and is_training_graph(example_inputs)
         and runs_on_cuda(example_inputs)
         and not has_collectives(gm)  # Note [No floor across collectives]
+        and not multi_rank()
     ):
         return compiled
     inputs = FloorInputs.of(example_inputs)

@@ -138,7 +138,60 @@ class FlattenedCall:
 # collectives from different programs, the ATen graph and the core's
 # schedule, whose orders need not agree, and collectives matched out of
 # order across ranks hang or mix tensors up.
+#
+# Nor is any graph timed while this process is one of several ranks
+# (multi_rank()): a training step's backward (Note [A training step is timed
+# whole]) runs beside DDP's all-reduces and FSDP2's all-gathers, which wait
+# for the other ranks. Measured on 2 H200s, GPT-2 under DDP: the two ranks'
+# floors chose apart on 5 of 14 bucket graphs, and graphs compiled 1.5x
+# faster alone ran eagerly (0.96x eager per step). Until the ranks agree on
+# one choice, every rank runs what it compiled.
 COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "c10d"})
+
+# Note [Graphs under FSDP2]
+# FSDP2 (fully_shard) runs its all-gathers and reduce-scatters in module
+# hooks that dynamo does not trace (torch._dynamo.config.skip_fsdp_hooks;
+# torch 2.11's FSDP2 also refuses to be traced under compiled autograd:
+# detect_compiled_autograd asserts eager mode). Calling a sharded module is
+# a graph break, so every graph mybackend gets holds compute only. The
+# blocks share one graph. No eager floor times these graphs (multi_rank(),
+# Note [No floor across collectives]): a training graph's backward span
+# (Note [A training step is timed whole]) would hold FSDP2's unshard of the
+# block (the all-gather and the stream's wait for it, that is for the other
+# rank), so each rank's choice would rest on the other's pace
+# (docs/distributed.md, FSDP2).
+#
+# FSDP2 frees an unsharded parameter's storage after use (resize to zero)
+# and, before the next use, gives the same tensor new storage and writes
+# the all-gathered values into it with its version counter preserved
+# (torch.autograd._unsafe_preserve_version_counter); the CUDA caching
+# allocator often hands back the same block. A cache keyed on a
+# parameter's tensor, address and version sees no change, so the option
+# hoist_parameter_work (Note [Watching hoisted inputs]) would keep the
+# values computed from the weights before an optimizer step, as it does for
+# edits through ``p.data``. fsdp2_in_use() tells whether such parameters
+# exist in this process; hoisting is ignored, with one warning, while they
+# do (mybackend/passes/pipeline.py).
+
+
+def fsdp2_in_use() -> bool:
+    """Whether a module of this process is sharded by FSDP2 (fully_shard)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed._composable_state import _module_state_mapping
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+    return any(isinstance(ref(), FSDPState) for ref in list(_module_state_mapping.values()))
+
+
+def multi_rank() -> bool:
+    """Whether this process is one of several ranks of a process group."""
+    distributed = torch.distributed
+    return (
+        distributed.is_available()
+        and distributed.is_initialized()
+        and distributed.get_world_size() > 1
+    )
 
 
 def has_collectives(gm: torch.fx.GraphModule) -> bool:

@@ -113,9 +113,13 @@ class StepTimer(CudaCallTimer):
     runs, autograd and all) by the floor in front of both (StepFloorCall in
     mybackend/compiled.py), and a call's cost is its forward and its
     backward: the forward by events around the call, as CudaCallTimer does;
-    the backward from when autograd has the first gradient of the call's
-    outputs (a hook on the outputs, ``mode="any"``) to when it has the
-    gradients of all of its inputs that require them (``mode="all"``).
+    the backward from when autograd first runs a node that made one of the
+    call's outputs (a pre-hook on those nodes, which runs after the hooks on
+    their tensors: a module's own backward hooks, such as FSDP2's unshard,
+    come before it) to when it has the gradients of all of the call's
+    inputs that require them (``mode="all"``), or of its activations only
+    when it has any: a parameter used again earlier in the program (a tied
+    embedding) gets its whole gradient only at the end of the backward.
     Events are recorded on the stream autograd runs that backward on. A call
     whose backward never runs (no output reaches a loss) never completes,
     and the floor keeps the compiled graph. The hooks on the inputs (the
@@ -136,8 +140,16 @@ class StepTimer(CudaCallTimer):
         host_ms = (time.perf_counter() - began) * 1e3
         record = StepRecord(start, self._event(), host_ms)
         leaves = torch.utils._pytree.tree_leaves(outputs)
-        grad_outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not (torch.is_grad_enabled() and grad_outputs and inputs):
+        nodes = {
+            id(t.grad_fn): t.grad_fn
+            for t in leaves
+            if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None
+        }
+        # A parameter's gradient can be complete only at the end of the whole
+        # backward (a tied embedding read again by the head); an activation's
+        # is complete when this graph's backward is.
+        ends = [t for t in inputs if t.grad_fn is not None] or inputs
+        if not (torch.is_grad_enabled() and nodes and ends):
             return record
         record.expects_backward = True
         handles: list[Any] = []
@@ -151,9 +163,11 @@ class StepTimer(CudaCallTimer):
             for handle in handles:
                 handle.remove()
 
+        # A node's pre-hooks run after the hooks on its tensors: FSDP2's
+        # unshard (and its wait for the other ranks) comes before the start.
+        handles.extend(node.register_prehook(backward_began) for node in nodes.values())
         hooks = torch.autograd.graph.register_multi_grad_hook
-        handles.append(hooks(grad_outputs, backward_began, mode="any"))
-        handles.append(hooks(inputs, backward_ended, mode="all"))
+        handles.append(hooks(ends, backward_ended, mode="all"))
         self._handles.extend(handles)
         return record
 

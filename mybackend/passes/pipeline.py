@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from mybackend._logging import warn_once
+from mybackend.distributed import fsdp2_in_use
 from mybackend.ops.attention_masks import SDPA_TARGETS, rewrite_attention_masks
 from mybackend.ops.cross_entropy import rewrite_cross_entropy
 from mybackend.options import Options
@@ -58,6 +60,14 @@ def _input_mutations(ctx: PassContext) -> int:
 def _hoist(ctx: PassContext) -> int:
     """Moves parameter-only work to a prepare graph (Note [Hoisted parameter
     work]): the graph compiled gains the hoisted values as static inputs."""
+    if fsdp2_in_use():  # Note [Graphs under FSDP2]: refills no watch can see
+        warn_once(
+            "hoist-fsdp2",
+            "mybackend: hoist_parameter_work is ignored while FSDP2 (fully_shard) shards "
+            "modules: FSDP2 refills parameters in place, keeping their version counters, "
+            "so hoisted values could not follow optimizer steps",
+        )
+        return 0
     plan = hoist_parameter_work(ctx.gm, ctx.inputs(), ctx.static_inputs)
     if plan is None:
         return 0

@@ -59,6 +59,9 @@ class Scenario:
     optimize_ddp: bool | str = True
     compiled_autograd: bool = False
     mixed_precision: bool = False  # FSDP2: bf16 parameters, fp32 gradient reduction
+    # FSDP2: compile each block and the head with the loss instead of the
+    # model (docs/distributed.md, "FSDP2").
+    compile_blocks: bool = False
 
 
 class Block(nn.Module):
@@ -98,6 +101,9 @@ class TinyGPT(nn.Module):
         x = self.embed(tokens) + self.pos
         for block in self.blocks:
             x = block(x)
+        return self.head_loss(x, targets)
+
+    def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self.head(self.ln_f(x))
         return F.cross_entropy(logits.float().view(-1, VOCAB), targets.view(-1))
 
@@ -123,6 +129,14 @@ def scenarios(gpu: bool = False) -> list[Scenario]:
         Scenario("fsdp2-mybackend", "fsdp2", "mybackend"),
         Scenario("fsdp2-mp-eager", "fsdp2", mixed_precision=True),
         Scenario("fsdp2-mp-mybackend", "fsdp2", "mybackend", mixed_precision=True),
+        Scenario("fsdp2-mybackend-blocks", "fsdp2", "mybackend", compile_blocks=True),
+        Scenario(
+            "fsdp2-mp-mybackend-blocks",
+            "fsdp2",
+            "mybackend",
+            mixed_precision=True,
+            compile_blocks=True,
+        ),
         Scenario(
             "ddp-mybackend-compiled-autograd",
             "ddp",
@@ -198,6 +212,7 @@ def _worker(
                 raise
             finally:
                 path.write_text(json.dumps(records))
+        dist.barrier()  # no rank tears the group down while another still uses it
     finally:
         dist.destroy_process_group()
 
@@ -218,6 +233,7 @@ def run_scenario(scenario: Scenario, rank: int, world: int, device: str) -> dict
     from torch._dynamo.utils import counters
 
     from mybackend._logging import reset_warnings
+    from mybackend.distributed import fsdp2_in_use, has_collectives
     from mybackend.reports import collecting
 
     reset_warnings()
@@ -242,14 +258,20 @@ def run_scenario(scenario: Scenario, rank: int, world: int, device: str) -> dict
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.detach().float().item())
         stats = {key: dict(value) for key, value in counters.items()}
+        recompiles = _recompiles()
+        sharded = fsdp2_in_use()
     return {
         "losses": losses,
         # Averaged over ranks as DDP averages gradients: equal on all ranks.
         "mean_loss": _mean_over_ranks(losses[-1], world, device),
         "graphs": [(g.name, g.kind, g.fallback_reason) for g in graphs],
+        # Graphs that call a collective (Note [No floor across collectives]).
+        "collective_graphs": [g.name for g in graphs if g.gm is not None and has_collectives(g.gm)],
         "aot_compiles": stats.get("aot_autograd", {}).get("total", 0),
         "unique_graphs": stats.get("stats", {}).get("unique_graphs", 0),
         "graph_breaks": sum(stats.get("graph_break", {}).values()),
+        "recompiles": recompiles,
+        "fsdp2_in_use": sharded,
         "warnings": [str(w.message) for w in caught if "mybackend" in str(w.message)],
     }
 
@@ -274,8 +296,22 @@ def _compiled_step(model: nn.Module, scenario: Scenario) -> Callable[..., torch.
         kwargs["options"] = scenario.options
     if scenario.compiled_autograd:
         return torch.compile(train_step, **kwargs)
+    if scenario.compile_blocks:
+        assert isinstance(model, TinyGPT)
+        for block in model.blocks:
+            block.compile(**kwargs)
+        model.head_loss = torch.compile(model.head_loss, **kwargs)  # type: ignore[method-assign]
+        return train_step
     forward = torch.compile(model, **kwargs)
     return train_step
+
+
+def _recompiles() -> int:
+    """Compiles of a frame after its first since the last dynamo reset
+    (dynamo's "[frame/compile]" numbering)."""
+    from torch._dynamo import convert_frame
+
+    return sum(max(count - 1, 0) for count in convert_frame.FRAME_COMPILE_COUNTER.values())
 
 
 def _wrap(model: nn.Module, scenario: Scenario, device: str) -> nn.Module:

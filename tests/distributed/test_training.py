@@ -30,7 +30,10 @@ COMPILED = [
     ("ddp-mybackend-compiled-autograd", "ddp-eager"),
     ("fsdp2-mybackend", "fsdp2-eager"),
     ("fsdp2-mp-mybackend", "fsdp2-mp-eager"),
+    ("fsdp2-mybackend-blocks", "fsdp2-eager"),
+    ("fsdp2-mp-mybackend-blocks", "fsdp2-mp-eager"),
 ]
+FSDP2_COMPILED = [name for name, eager in COMPILED if name.startswith("fsdp2")]
 
 
 def _record(records: Records, name: str) -> dict[str, Any]:
@@ -86,16 +89,37 @@ def test_compiled_autograd_backward_is_one_compiled_graph(cpu_records: Records) 
     record = _record(cpu_records, "ddp-mybackend-compiled-autograd")
     assert record["aot_compiles"] == 2
     assert [kind for _, kind, _ in record["graphs"]] == ["forward", "inference"]
+    # Its all-reduces are in the graph (Note [No floor across collectives]).
+    assert record["collective_graphs"] == [record["graphs"][1][0]]
 
 
-def test_fsdp2_compiles_each_block_once(cpu_records: Records) -> None:
-    """FSDP2's hooks are dynamo-disabled: the root's forward runs eagerly and
-    each block is a graph of its own, one for all blocks (no recompile per
-    block), forward and backward."""
-    for name in ("fsdp2-mybackend", "fsdp2-mp-mybackend"):
-        record = _record(cpu_records, name)
-        assert record["unique_graphs"] == 1, record
-        assert [kind for _, kind, _ in record["graphs"]] == ["forward", "backward"]
+@pytest.mark.parametrize("name", FSDP2_COMPILED)
+def test_fsdp2_compiles_one_graph_for_all_blocks(cpu_records: Records, name: str) -> None:
+    """FSDP2's hooks are dynamo-disabled, so calling a sharded block is a
+    graph break. Compiling the model, dynamo gives up the root's forward (the
+    break is in a loop) and compiles what it calls as frames of their own:
+    each block, and the head with the loss (one method, ``head_loss``).
+    Compiling each block and ``head_loss`` gives the same two graphs without
+    a break (dynamo counts none where it gives a whole frame up). Either way
+    the blocks share one graph pair (no recompile per block), no graph holds
+    a collective, and nothing runs in mybackend's fallback."""
+    record = _record(cpu_records, name)
+    assert record["unique_graphs"] == 2, record
+    assert record["recompiles"] == 0, record
+    if name.endswith("-blocks"):
+        assert record["graph_breaks"] == 0, record
+    kinds = sorted(kind for _, kind, _ in record["graphs"])
+    assert kinds == ["backward", "backward", "forward", "forward"], record["graphs"]
+    assert not [g for g in record["graphs"] if g[2]], record["graphs"]
+    assert record["collective_graphs"] == [], record["collective_graphs"]
+
+
+def test_fsdp2_is_seen_while_a_sharded_model_lives(cpu_records: Records) -> None:
+    """fsdp2_in_use() (Note [Graphs under FSDP2]): true while FSDP2 trains,
+    false in the DDP run before any FSDP2 model existed."""
+    assert _record(cpu_records, "ddp-eager")["fsdp2_in_use"] is False
+    for name in ("fsdp2-eager", *FSDP2_COMPILED):
+        assert _record(cpu_records, name)["fsdp2_in_use"] is True, name
 
 
 @pytest.mark.gpu

@@ -221,21 +221,51 @@ def _advance(ms: float) -> None:
     ClockEvent.clock[0] += ms
 
 
+class TakesMilliseconds(torch.autograd.Function):
+    """Identity whose backward advances the scripted clock."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:
+        ctx.ms = ms
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        _advance(ctx.ms)
+        return grad, None
+
+
 def test_a_training_call_costs_its_forward_and_its_backward() -> None:
     # Note [A training step is timed whole]
     timer = StepTimer(event=ClockEvent)
     weight = torch.nn.Parameter(torch.ones(3))
     started = timer.start([weight, torch.ones(3)])
     _advance(2.0)
-    out = (weight * 2).sum()
+    out = TakesMilliseconds.apply(weight * 2, 3.0).sum()  # its backward: 3 ms
     record = timer.stop(started, (out,))
     assert record.expects_backward and not timer.ready(record)
     _advance(5.0)  # the rest of the step before its backward reaches the graph
-    out.register_hook(lambda grad: _advance(3.0))  # the graph's backward takes 3 ms
+    out.register_hook(lambda grad: _advance(7.0))  # a module hook on the output: not ours
     out.backward()
     assert timer.ready(record)
     assert timer.cost_ms(record) == pytest.approx(max(2.0, record.host_ms) + 3.0)
     assert not weight._backward_hooks  # removed when the backward ended
+
+
+def test_a_tied_parameter_does_not_stretch_the_backward() -> None:
+    # The weight is read again before the graph (a tied embedding): its whole
+    # gradient exists only after that earlier use's backward; the graph's
+    # own backward ends with its activation input's gradient.
+    timer = StepTimer(event=ClockEvent)
+    weight = torch.nn.Parameter(torch.ones(3))
+    embedded = TakesMilliseconds.apply(weight * 1, 11.0)  # backward after the graph's
+    hidden = embedded * 2
+    started = timer.start([hidden, weight])
+    out = TakesMilliseconds.apply(hidden * weight, 3.0).sum()
+    record = timer.stop(started, (out,))
+    out.backward()
+    assert timer.ready(record)
+    assert timer.cost_ms(record) == pytest.approx(max(0.0, record.host_ms) + 3.0)
 
 
 def test_a_call_without_backward_costs_its_forward_and_leaves_no_hook() -> None:
@@ -287,3 +317,21 @@ def test_only_training_graphs_on_cuda_get_a_step_floor() -> None:
 
     # On the CPU mybackend runs ATen: nothing to time.
     assert with_step_floor(compiled, gm, [weight], Options()) is compiled
+
+
+def test_no_step_floor_while_one_of_several_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Note [No floor across collectives]: a rank's step waits for the others.
+    import mybackend.compiled as compiled_module
+
+    monkeypatch.setattr(compiled_module, "runs_on_cuda", lambda inputs: True)
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
+    weight = torch.nn.Parameter(torch.ones(2))
+
+    def compiled(*args: Any) -> None:
+        return None
+
+    options = Options.from_user(None, {"kernel_cache_dir": "off"})
+    assert isinstance(with_step_floor(compiled, gm, [weight], options), StepFloorCall)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *args: 2)
+    assert with_step_floor(compiled, gm, [weight], options) is compiled

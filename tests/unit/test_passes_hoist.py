@@ -225,3 +225,20 @@ def test_backend_hoists_only_when_asked_and_only_inference(cuda_decompositions: 
     assert "hoisting" not in stage_names({"hoist_parameter_work": False}, grad=False)
     assert "hoisting" in stage_names({"hoist_parameter_work": True}, grad=False)
     assert "hoisting" not in stage_names({"hoist_parameter_work": True}, grad=True)
+
+
+def test_no_hoisting_while_fsdp2_shards_modules(
+    cuda_decompositions: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FSDP2 refills its parameters in place with their version counters kept
+    (Note [Graphs under FSDP2]): hoisted values could not follow them."""
+    import mybackend.passes.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "fsdp2_in_use", lambda: True)
+    module = _bn_module()
+    with torch.no_grad(), pytest.warns(UserWarning, match="FSDP2"):
+        report = mybackend.explain(
+            module, torch.randn(2, 3, 8, 8), options={"hoist_parameter_work": True}
+        )
+    stages = [s[0] for g in report.to_dict()["graphs"] for s in g["stage_times"]]
+    assert "hoisting" not in stages
