@@ -4,18 +4,33 @@
 times the same first call as the harness's "first call s" column (the eager
 call before it included, see ``runner.first_call_only``) and splits it with
 ``mybackend.compile_times``: dynamo, aot_autograd's stages (metadata, joint
-trace, min-cut partition, the rest), mybackend's lowering and C++ stages, and
-the rest of the call (running the step). Full-size models unless ``--tiny``;
-``--repeats N`` keeps the first call of least CPU time of N (shared machines).
+trace, min-cut partition, the rest), mybackend's joint-graph passes (part
+of the partition stage), lowering and C++ stages, and the rest of the call
+(running the step). Full-size models unless ``--tiny``; ``--repeats N``
+keeps the first call of least CPU time of N in this process;
+``--processes N`` measures each cell in N fresh interpreters and shows the
+median of each stage (a compile's first call in a process pays for imports
+and caches that a second one does not). ``--as-cuda`` (CPU only) traces
+and rewrites the graphs as a CUDA graph would be: CUDA's decomposition
+table, the batch-norm rewrite, the layout plan and the matrix-product
+padding; the core then plans CPU graphs, and no kernel is generated, so it
+measures the Python side of a GPU compile on a machine without one.
 docs/performance.md ("Compile time") shows its tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import json
+import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import NamedTuple
+from unittest import mock
 
 import torch
 
@@ -23,7 +38,10 @@ from benchmarks.backends import Backend, resolve
 from benchmarks.common import reset_dynamo, time_once
 from benchmarks.scenarios import Task, Workload
 from mybackend import _C, compile_times
+from mybackend.aot import JOINT_PASSES
 from mybackend.reports import collecting
+
+JOINT_STAGE = "mybackend joint-graph passes (layout, padding, CSE; in partition)"
 
 
 class Measured(NamedTuple):
@@ -45,10 +63,88 @@ def measure(workload: Workload, backend: Backend) -> Measured:
     with collecting() as records:
         seconds = time_once(runner.first, task.device)
     cpu = time.process_time() - cpu
+    after = compile_times.snapshot()
     kernels_after = _C.kernel_cache_stats()
     kernels = {k: kernels_after[k] - kernels_before.get(k, 0) for k in kernels_after}
-    stages = compile_times.breakdown(before, compile_times.snapshot(), seconds, records)
+    stages = split_joint_passes(
+        compile_times.breakdown(before, after, seconds, records),
+        after.get(JOINT_PASSES, 0.0) - before.get(JOINT_PASSES, 0.0),
+    )
     return Measured(stages, cpu, kernels)
+
+
+def split_joint_passes(stages: dict[str, float], joint: float) -> dict[str, float]:
+    """The partition stage less mybackend's joint-graph passes, which get a
+    row of their own just after it."""
+    if joint <= 0.0 or compile_times.PARTITION not in stages:
+        return stages
+    split: dict[str, float] = {}
+    for name, seconds in stages.items():
+        if name == compile_times.PARTITION:
+            split[name] = max(seconds - joint, 0.0)
+            split[JOINT_STAGE] = joint
+        else:
+            split[name] = seconds
+    return split
+
+
+@contextlib.contextmanager
+def as_cuda() -> Iterator[None]:
+    """CPU graphs traced and rewritten as CUDA graphs are (``--as-cuda``)."""
+    import mybackend.aot as aot
+    import mybackend.ops.batch_norm as batch_norm
+    from mybackend.decompositions import decomposition_table
+    from mybackend.passes import layout, matmul_padding, pipeline
+
+    devices = ("cpu", "cuda")
+    with contextlib.ExitStack() as patches:
+        for module, name, value in (
+            (aot, "decomposition_table", lambda *args: decomposition_table()),  # CUDA's table
+            (batch_norm, "REWRITTEN_DEVICES", devices),
+            (
+                pipeline,
+                "plan_channels_last",
+                functools.partial(layout.plan_channels_last, device_types=devices),
+            ),
+            (
+                pipeline,
+                "pad_matmuls",
+                functools.partial(matmul_padding.pad_matmuls, device_types=devices),
+            ),
+        ):
+            patches.enter_context(mock.patch.object(module, name, value))
+        yield
+
+
+def median(runs: list[Measured]) -> Measured:
+    """Each stage's median over fresh-process runs (a stage a run lacks
+    counts as 0), the median CPU time and kernel counters."""
+    names = list(dict.fromkeys(s for run in runs for s in run.stages))
+    stages = {s: statistics.median(run.stages.get(s, 0.0) for run in runs) for s in names}
+    keys = list(dict.fromkeys(k for run in runs for k in run.kernels))
+    kernels = {k: int(statistics.median(run.kernels.get(k, 0) for run in runs)) for k in keys}
+    return Measured(stages, statistics.median(run.cpu for run in runs), kernels)
+
+
+def measure_in_fresh_process(args: argparse.Namespace, model: str, backend: str) -> Measured:
+    """One cell measured by a new interpreter (``--cell``)."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in _CELL_OPTIONS]
+    flags += ["--as-cuda"] if args.as_cuda else []
+    flags += ["--tiny"] if args.tiny else []
+    command = [sys.executable, "-m", "benchmarks.compile_breakdown", *flags]
+    done = subprocess.run(
+        [*command, f"--models={model}", f"--backends={backend}", "--cell"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{model} {backend} failed:\n{done.stderr[-3000:]}")
+    cell = json.loads(done.stdout.strip().splitlines()[-1])
+    return Measured(cell["stages"], cell["cpu"], cell["kernels"])
+
+
+_CELL_OPTIONS = ("scenario", "batch", "device", "dtype")
 
 
 def kernel_rows(kernels: dict[str, int]) -> dict[str, str]:
@@ -95,15 +191,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default=None, help="default: bfloat16 on a GPU, else float32")
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--repeats", type=int, default=1, help="keep the fastest of N first calls")
+    p.add_argument("--processes", type=int, default=0, help="median of N fresh processes per cell")
+    p.add_argument(
+        "--as-cuda", action="store_true", help="CPU graphs traced and rewritten as CUDA's"
+    )
+    p.add_argument("--cell", action="store_true", help=argparse.SUPPRESS)  # one cell, as JSON
     args = p.parse_args(argv)
-    dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    if args.as_cuda and args.device != "cpu":
+        p.error("--as-cuda simulates a CUDA compile on the CPU: use it with --device cpu")
+    args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     columns: dict[str, Measured] = {}
-    for model in args.models.split(","):
-        workload = Workload(model, args.scenario, args.batch, args.device, dtype, args.tiny)
-        for name in args.backends.split(","):
-            runs = [measure(workload, resolve(name)) for _ in range(args.repeats)]
-            columns[f"{model} {name}"] = min(runs, key=lambda run: run.cpu)
-            print(f"measured {model} {name}", file=sys.stderr, flush=True)
+    simulated = as_cuda() if args.as_cuda else contextlib.nullcontext()
+    with simulated:
+        for model in args.models.split(","):
+            workload = Workload(
+                model, args.scenario, args.batch, args.device, args.dtype, args.tiny
+            )
+            for name in args.backends.split(","):
+                if args.processes > 0:
+                    runs = [
+                        measure_in_fresh_process(args, model, name) for _ in range(args.processes)
+                    ]
+                    columns[f"{model} {name}"] = median(runs)
+                else:
+                    runs = [measure(workload, resolve(name)) for _ in range(args.repeats)]
+                    columns[f"{model} {name}"] = min(runs, key=lambda run: run.cpu)
+                print(f"measured {model} {name}", file=sys.stderr, flush=True)
+    if args.cell:
+        print(json.dumps(columns.popitem()[1]._asdict()))
+        return 0
     print(table(columns))
     return 0
 

@@ -59,6 +59,10 @@ from mybackend.reports import GraphRecord, publish
 
 log = get_logger("aot")
 _graph_ids = itertools.count()
+# Part of the PARTITION stage: mybackend's joint-graph passes and
+# common-subexpression pass, before torch's min cut. benchmarks.
+# compile_breakdown shows it as a stage of its own.
+JOINT_PASSES = "mybackend: joint-graph passes"
 
 
 def compile_with_aot(
@@ -130,8 +134,9 @@ def _partition(
     # dynamo whose modules are plain.
     count(JOINT_PARTITIONS)  # Note [Compile counters]
     with timed(PARTITION):
-        ctx = PassContext(joint, None, JOINT, name, options)
-        joint = run_passes(ON_JOINT, ctx, recompile=False).gm
+        with timed(JOINT_PASSES):
+            ctx = PassContext(joint, None, JOINT, name, options)
+            joint = run_passes(ON_JOINT, ctx, recompile=False).gm
         return min_cut_partition(joint, joint_inputs, **kwargs)
 
 
@@ -139,7 +144,8 @@ def min_cut_partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: 
     """torch's min-cut partitioner after our common-subexpression pass, with
     its own off (Note [Our own common-subexpression pass])."""
     try:
-        merged = eliminate_common_subexpressions(joint.graph)
+        with timed(JOINT_PASSES):
+            merged = eliminate_common_subexpressions(joint.graph)
     except Exception as error:  # each merge leaves a valid graph: torch's pass finishes
         log.debug("joint graph: our CSE failed (%s); torch's runs", error)
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)

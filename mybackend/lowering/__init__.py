@@ -67,7 +67,10 @@ class LoweringError(Exception):
 
 def source_line(node: torch.fx.Node) -> str:
     """The user's source line dynamo recorded for a node: 'file:line: code'."""
-    trace = node.meta.get("stack_trace") or ""
+    return _trace_source_line(node.meta.get("stack_trace") or "")
+
+
+def _trace_source_line(trace: str) -> str:
     lines = [line.strip() for line in trace.strip().splitlines()]
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith('File "'):
@@ -87,6 +90,10 @@ class _Lowerer:
         self.constants: list[tuple[torch.fx.Node, torch.Tensor]] = []
         self.python_nodes: dict[int, PythonNode] = {}
         self.node_count = 0
+        # Each stack trace's source line, parsed once: the nodes of one line
+        # of the user's code (an op's decomposition, its gradient) share
+        # the trace's text, and parsing it was a quarter of lowering.
+        self.source_lines: dict[str, str] = {}
 
     def run(self) -> LoweredGraph:
         nodes = list(self.gm.graph.nodes)
@@ -151,10 +158,17 @@ class _Lowerer:
 
     def _add(self, node: torch.fx.Node, kind: str, op: str, args: list[Any], val: Any) -> None:
         specs = [] if val is None and kind == "aten" else output_specs(val, node.name)
-        outputs = self.builder.add_node(kind, op, args, specs, node.name, source_line(node))
+        outputs = self.builder.add_node(kind, op, args, specs, node.name, self._source_line(node))
         self.node_count += 1
         refs = MultiValue(("v", i) for i in outputs)
         self.env[node] = refs if isinstance(val, list | tuple) else (refs[0] if refs else None)
+
+    def _source_line(self, node: torch.fx.Node) -> str:
+        trace = node.meta.get("stack_trace") or ""
+        line = self.source_lines.get(trace)
+        if line is None:
+            line = self.source_lines[trace] = _trace_source_line(trace)
+        return line
 
     def _python(self, node: torch.fx.Node, val: Any) -> None:
         python_node = PythonNode.from_fx(node)

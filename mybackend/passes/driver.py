@@ -11,8 +11,10 @@ kinds and call targets it applies to, and the function that runs it), and
 pipeline.cpp runs the C++ stages: it skips what is disabled or cannot
 apply, times each pass, logs what each changed, writes the graph after each
 pass that changed it into the dump folder, names the pass that raised, and
-regenerates the module's code once at the end, not once per pass (the joint
-graph skips even that: Note [One recompile per joint graph] in aot.py).
+marks the module's code stale once at the end, not once per pass (the joint
+graph skips even that: Note [One recompile per joint graph] in aot.py); the
+code is generated when first needed (Note [Backward graphs recompiled
+lazily] in mybackend/lowering/graph_modules.py).
 A pass rewrites ``PassContext.gm`` in place or replaces it with a new
 module, and returns how many changes it made (0: none).
 """
@@ -28,6 +30,7 @@ import torch.fx
 
 from mybackend._logging import get_logger
 from mybackend.hooks.dumps import dump_pass
+from mybackend.lowering.graph_modules import recompile_lazily
 from mybackend.options import Options
 from mybackend.passes.hoist import HoistPlan
 from mybackend.passes.layout import placeholder_values
@@ -120,9 +123,9 @@ def run_passes(
     passes: Sequence[GraphPass], ctx: PassContext, *, recompile: bool = True
 ) -> PassContext:
     """Runs the ``passes`` that apply to ``ctx``'s graph, in order (Note
-    [Passes as data]); with ``recompile``, regenerates the final module's
-    code once if any pass changed it. Raises PassError naming a pass that
-    raised."""
+    [Passes as data]); with ``recompile``, marks the final module's code
+    stale once if any pass changed it (generated when first needed). Raises
+    PassError naming a pass that raised."""
     folder = ctx.options.dump_folder()
     changed_any = False
     chosen = {id(graph_pass) for graph_pass in selected(passes, ctx)}
@@ -144,5 +147,5 @@ def run_passes(
         if folder:
             dump_pass(folder, ctx.name, index, graph_pass.name, ctx.gm)
     if changed_any and recompile:
-        ctx.gm.recompile()
+        recompile_lazily(ctx.gm)  # Note [Backward graphs recompiled lazily]
     return ctx
