@@ -44,7 +44,6 @@ import torch
 from mybackend._logging import get_logger, warn_once
 from mybackend.distributed import has_collectives, multi_rank
 from mybackend.eager_floor import (
-    EAGER,
     EagerFloor,
     FloorInputs,
     StepTimer,
@@ -106,12 +105,8 @@ class CompiledGraphFunction:
                     raise
                 warn_once(f"accuracy:{self.name}", f"mybackend: accuracy check of "
                           f"{self.name} failed ({type(error).__name__}: {error})")  # fmt: skip
-        floor = self.floor
-        if floor is not None and self._ran_once:
-            if floor.choice is None:
-                return floor.run(args, self._run_compiled, self._run_reference)
-            if floor.choice == EAGER:
-                return self._run_reference(args)
+        if self.floor is not None and self._ran_once:
+            return self.floor.call(args, self._run_compiled, self._run_reference)
         outputs = self._run_compiled(args)
         self._ran_once = True
         return outputs
@@ -237,16 +232,11 @@ class StepFloorCall(_AotWrapper):
         self._ran_once = False  # the first call is the compiled graph's trial
 
     def __call__(self, *args: Any) -> Any:
-        floor = self.floor
         if not self._ran_once:
             outputs = self._compiled(*args)
             self._ran_once = True
             return outputs
-        if floor.choice is None:
-            return floor.run(list(args), self._run_compiled, self._run_user_graph)
-        if floor.choice == EAGER:
-            return self._user_graph(*args)
-        return self._compiled(*args)
+        return self.floor.call(list(args), self._run_compiled, self._run_user_graph)
 
     def _run_compiled(self, args: list[Any]) -> Any:
         return self._compiled(*args)

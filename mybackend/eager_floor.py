@@ -242,6 +242,12 @@ class EagerFloor:
             f"per call: runs {self.choice}{source}"
         )
 
+    def call(self, args: list[Any], compiled: BoxedCall, eager: BoxedCall) -> list[Any]:
+        """One call: measured while the choice is open, then the chosen side."""
+        if self.choice is None:
+            return self.run(args, compiled, eager)
+        return eager(args) if self.choice == EAGER else compiled(args)
+
     def run(self, args: list[Any], compiled: BoxedCall, eager: BoxedCall) -> list[Any]:
         """One call while the choice is open: one side computes the outputs."""
         if not self._timer.can_time():
