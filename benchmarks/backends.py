@@ -29,6 +29,11 @@ REGISTRY: dict[str, dict[str, Any] | None] = {
     "cudagraphs": dict(backend="cudagraphs"),
     "mybackend": dict(backend="mybackend", mode="default"),
     "mybackend-reduce-overhead": dict(backend="mybackend", mode="reduce-overhead"),
+    # What the compiled graphs run when no eager floor stands in for them
+    # (profiles of rows where the floor chose eager).
+    "mybackend-reduce-overhead-no-floor": dict(
+        backend="mybackend", mode="reduce-overhead", options={"eager_floor": False}
+    ),
     # Without generated kernels: ATen calls and cuBLASLt groups only.
     "mybackend-no-generated": dict(backend="mybackend", options={"generated_kernels": False}),
     # Keeps compiled graphs in torch's AOTAutograd cache (docs/warm-start.md):
@@ -37,7 +42,14 @@ REGISTRY: dict[str, dict[str, Any] | None] = {
 }
 
 # Backends whose point is CUDA graphs: on a CPU they measure nothing new.
-CUDA_ONLY = frozenset({"inductor-reduce-overhead", "cudagraphs", "mybackend-reduce-overhead"})
+CUDA_ONLY = frozenset(
+    {
+        "inductor-reduce-overhead",
+        "cudagraphs",
+        "mybackend-reduce-overhead",
+        "mybackend-reduce-overhead-no-floor",
+    }
+)
 
 DEFAULT_GPU = (
     "eager",

@@ -48,7 +48,7 @@ from mybackend.hooks.dumps import dump_graph
 from mybackend.hooks.reproducer import write_reproducer
 from mybackend.hooks.tracing import emit_graph_artifacts
 from mybackend.lowering import lower
-from mybackend.lowering.graph_modules import new_graph_module
+from mybackend.lowering.graph_modules import keep_dynamo_metadata, new_graph_module
 from mybackend.options import Options
 from mybackend.passes.common_subexpressions import eliminate_common_subexpressions
 from mybackend.passes.driver import DYNAMO, JOINT, PassContext, run_passes, selected
@@ -76,7 +76,9 @@ def compile_with_aot(
         # dynamo made it; the passes rewrite a copy.
         copied, _ = copy_graph(gm)
         ctx.gm = new_graph_module(gm, copied)
-        gm = run_passes(BEFORE_AOT, ctx).gm  # Note [Passes as data]
+        rewritten = run_passes(BEFORE_AOT, ctx).gm  # Note [Passes as data]
+        keep_dynamo_metadata(gm, rewritten)  # Note [Dynamo's metadata on a rewritten graph]
+        gm = rewritten
 
     warm = warm_start.enabled(options)
 

@@ -184,7 +184,8 @@ class Options:
         "Time each compiled CUDA graph against its ATen graph run eagerly on its first calls "
         "(alternating, about 16 calls) and run the faster from then on, so that a compiled "
         "graph is never slower than eager; the choice is kept in the kernel cache folder "
-        "for later processes (docs/design/0010-eager-floor.md).",
+        "for later processes; and time each cuDNN convolution group against its ATen form "
+        "on its first call, running the faster (docs/design/0010-eager-floor.md).",
     )
     warm_start: bool = _field(
         False,
@@ -314,6 +315,8 @@ class Options:
             "min_partition_size": self.min_partition_size,
             "allow_single_node_partition": self.allow_single_node_partition,
             "launch_tuning": dict(self.launch_tuning),
+            # Note [A group is timed against its ATen form] (runtime/group_floor.h)
+            "group_floor": self.eager_floor,
         }
 
 

@@ -105,8 +105,10 @@ def format_kernels(report: dict[str, Any]) -> str:
         if kernel["kind"] == "matmul":  # a library call: its spec says what runs
             lines.append("  spec:")
             lines.extend("    " + line for line in kernel.get("spec", "").splitlines())
-            if kernel.get("problem"):
-                lines.append(f"  last fell back to ATen: {kernel['problem']}")
+        if kernel.get("problem"):
+            lines.append(f"  last fell back to ATen: {kernel['problem']}")
+        if kernel.get("floor"):  # Note [A group is timed against its ATen form]
+            lines.append(f"  {kernel['floor']}")
         source = kernel_source(kernel)
         if source:
             lines.append("  source:")

@@ -63,3 +63,21 @@ def recompile_lazily(gm: torch.fx.GraphModule) -> None:
             GraphModuleImpl.__name__ = type(gm).__name__
             gm.__class__ = GraphModuleImpl
     gm.recompile()
+
+
+def keep_dynamo_metadata(original: torch.fx.GraphModule, rewritten: torch.fx.GraphModule) -> None:
+    """Gives ``rewritten`` the dynamo metadata of ``original`` (Note
+    [Dynamo's metadata on a rewritten graph]); nothing when the two differ
+    in their placeholders, for aot_autograd then finds no static input
+    rather than wrong ones."""
+    old = list(original.graph.find_nodes(op="placeholder"))
+    new = list(rewritten.graph.find_nodes(op="placeholder"))
+    if [n.name for n in old] != [n.name for n in new]:
+        return
+    for before, after in zip(old, new, strict=True):
+        if hasattr(before, "_dynamo_source"):
+            after._dynamo_source = before._dynamo_source  # type: ignore[attr-defined]
+    if hasattr(original, "_param_name_to_source"):
+        rewritten._param_name_to_source = original._param_name_to_source
+    for key, value in original.meta.items():
+        rewritten.meta.setdefault(key, value)

@@ -33,7 +33,7 @@ CompileOptions compile_options_from(const py::dict& options) {
                                       "min_fused_nodes",    "kernel_cache_dir",
                                       "cublaslt",           "autotune",
                                       "cudnn_attention",    "cudnn",
-                                      "launch_tuning"};
+                                      "launch_tuning",      "group_floor"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -85,6 +85,7 @@ CompileOptions compile_options_from(const py::dict& options) {
   if (options.contains("max_cuda_graphs")) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }
+  if (options.contains("group_floor")) out.group_floor = options["group_floor"].cast<bool>();
   return out;
 }
 
@@ -175,6 +176,7 @@ py::dict report_to_dict(const CompiledGraph& compiled) {
         kernel["compiled"] = status.compiled;
         kernel["kernel"] = status.kernel;
         kernel["problem"] = status.problem;
+        kernel["floor"] = status.floor;
       }
       kernels.append(kernel);
     }

@@ -156,8 +156,8 @@ std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
   e.pointer(n.t, "out", true);
   e.pointer(n.t, "grad_in", false);
   e.sizes(false);
-  return e.write("mb::softmax_backward<" + n.t + ", I, " + std::to_string(n.vec) + ", " + b(log) +
-                 ">");
+  return e.write("mb::softmax_backward<" + n.t + ", I, " + std::to_string(n.vec) + ", " +
+                 std::to_string(n.chunks) + ", " + b(log) + ">");
 }
 
 // Note [Norm prologues]: the Load functor computing x (or the batch-norm
@@ -406,6 +406,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
   // sizes row groups by row_elements_per_thread, as the device does.
   const bool register_path =
       spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward ||
+      spec.kind == NormKind::SoftmaxBackward || spec.kind == NormKind::LogSoftmaxBackward ||
       spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward ||
       spec.kind == NormKind::LayerNormBackward || spec.kind == NormKind::RmsNormBackward;
   if (register_path) main.abi.row_elements_per_thread = n.vec * n.chunks;

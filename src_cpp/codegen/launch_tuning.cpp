@@ -6,8 +6,11 @@ namespace mybackend {
 
 int norm_row_threads(const KernelEntry& entry, std::int64_t cols) {
   const int vec = std::max(1, entry.elements_per_thread);
-  const std::int64_t per_thread = entry.row_elements_per_thread;
-  if (per_thread <= 0 || cols % vec != 0) return 0;
+  std::int64_t per_thread = entry.row_elements_per_thread;
+  if (per_thread <= 0) return 0;
+  // A row of partial vectors holds scalars (Note [Scalar rows in registers]
+  // in device/mb_norm.cuh).
+  if (cols % vec != 0) per_thread /= vec;
   int block = 1;
   while (block * 2 <= entry.block_x) block *= 2;
   int tpr = 1;

@@ -38,9 +38,9 @@ void run_codegen(CompileState& state) {
 }
 
 void run_runtime(CompileState& state) {
-  state.executor =
-      std::make_unique<Executor>(state.graph, state.report.partitions, state.report.fusion,
-                                 state.python_fallback, std::move(state.compiles));
+  state.executor = std::make_unique<Executor>(state.graph, state.report.partitions,
+                                              state.report.fusion, state.python_fallback,
+                                              std::move(state.compiles), state.options.group_floor);
 }
 
 }  // namespace

@@ -28,6 +28,9 @@ struct CompileOptions : PlanningOptions {
   // Where generated kernels persist, whether they compile at all, and for
   // which target (the codegen stage's own options).
   CodegenOptions codegen;
+  // Library groups timed against their ATen form (Note [A group is timed
+  // against its ATen form] in runtime/group_floor.h; option eager_floor).
+  bool group_floor = false;
 };
 
 // Everything a compile decides, kept for reports: the plan (decisions,

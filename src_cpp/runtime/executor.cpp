@@ -76,11 +76,15 @@ void add_node_to_point(const Graph& graph, const Node& node, PlanPoint& point) {
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
                    const FusionPlan& fusion, PythonFallback python_fallback,
-                   CompileFutures compiles)
+                   CompileFutures compiles, bool group_floor)
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
   prepare_engine_groups(fusion, compiles);
+  for (EngineGroup& g : engine_groups_) {
+    if (group_floor && g.runner && g.runner->timed_against_aten())
+      g.floor = std::make_unique<GroupFloor>();
+  }
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
       add_partition_steps(fusion, scheduled.index);
@@ -245,12 +249,7 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
   switch (step.kind) {
     case StepKind::KernelGroup:
       if (step.engine >= 0) {
-        const GroupRunner& runner = *engine_groups_[static_cast<std::size_t>(step.engine)].runner;
-        RECORD_FUNCTION(kernel_kind_traits(runner.kind()).profiler_range,
-                        c10::ArrayRef<const c10::IValue>{});
-        const bool ran = runner.run(slots, bindings, planned);
-        count_engine_run(runner, ran);
-        if (!ran) {
+        if (!run_engine_group(step, slots, bindings, planned)) {
           for (std::size_t c : step.calls) calls_[c].run(slots);
         }
         finish_point(step.first_point, slots, planned);
@@ -284,6 +283,41 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
       return;
     }
   }
+}
+
+bool Executor::run_engine_group(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
+                                PlannedOutputs& planned) const {
+  const EngineGroup& group = engine_groups_[static_cast<std::size_t>(step.engine)];
+  const GroupRunner& runner = *group.runner;
+  RECORD_FUNCTION(kernel_kind_traits(runner.kind()).profiler_range,
+                  c10::ArrayRef<const c10::IValue>{});
+  GroupFloor::Choice choice =
+      group.floor ? group.floor->choice(bindings) : GroupFloor::Choice::Engine;
+  if (choice == GroupFloor::Choice::Measure && current_stream_captures())
+    choice = GroupFloor::Choice::Engine;  // timed on a later uncaptured call
+  if (choice == GroupFloor::Choice::Aten) {
+    counters_.floored.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (choice == GroupFloor::Choice::Engine) {
+    const bool ran = runner.run(slots, bindings, planned);
+    count_engine_run(runner, ran);
+    return ran;
+  }
+  // Note [A group is timed against its ATen form]
+  const std::optional<GroupTimes> times =
+      time_against_aten([&] { return runner.run(slots, bindings, planned); },
+                        [&] {
+                          for (std::size_t c : step.calls) calls_[c].run(slots);
+                        });
+  if (!times) {
+    group.floor->keep_engine(bindings);
+    count_engine_run(runner, false);
+    return false;
+  }
+  group.floor->record(bindings, times->engine_us, times->aten_us);
+  count_engine_run(runner, true);
+  return true;  // the ATen form ran last: its outputs are in place
 }
 
 // After a point: what a new owner did not take is dropped, dead owners'
@@ -331,6 +365,7 @@ std::vector<std::pair<std::string, std::int64_t>> ExecutionStats::named() const 
     out.push_back(std::move(entry));
   out.emplace_back("planned_outputs_taken", planned_outputs_taken);
   out.emplace_back("planned_outputs_missed", planned_outputs_missed);
+  out.emplace_back("groups_run_as_faster_aten", groups_run_as_faster_aten);
   return out;
 }
 
@@ -340,6 +375,7 @@ ExecutionStats Executor::stats() const {
   stats.kernel_groups_run = counters_.groups.load();
   stats.nodes_run_in_partitions = counters_.in_partitions.load();
   stats.nodes_run_as_aten_fallback = counters_.aten.load();
+  stats.groups_run_as_faster_aten = counters_.floored.load();
   stats.nodes_run_as_builtin = counters_.builtin.load();
   stats.nodes_run_in_python = counters_.python.load();
   for (std::size_t k = 0; k < kKernelKindCount; ++k) {
@@ -363,6 +399,7 @@ std::vector<GeneratedGroupStatus> Executor::generated_groups() const {
       const std::string problem = g.runner->problem();
       if (!problem.empty()) status.problem = problem;
     }
+    if (g.floor) status.floor = g.floor->summary();
     out.push_back(std::move(status));
   }
   return out;

@@ -25,6 +25,7 @@
 #include "partition/partitioner.h"
 #include "runtime/aten_call.h"
 #include "runtime/generated/background_compile.h"
+#include "runtime/group_floor.h"
 #include "runtime/group_runner.h"
 #include "runtime/kernel_kinds.h"
 #include "runtime/memory_plan.h"
@@ -54,6 +55,9 @@ struct ExecutionStats {
   // hand-overs that could not happen (the storage was still shared).
   std::int64_t planned_outputs_taken = 0;
   std::int64_t planned_outputs_missed = 0;
+  // Engine-group calls that ran the ATen form because it timed faster
+  // (Note [A group is timed against its ATen form]).
+  std::int64_t groups_run_as_faster_aten = 0;
 
   // Every counter under its stats() key, in a fixed order.
   std::vector<std::pair<std::string, std::int64_t>> named() const;
@@ -67,14 +71,18 @@ struct GeneratedGroupStatus {
   bool compiled = false;  // an engine runs it (else: always ATen calls)
   std::string kernel;     // description: entry names and target, or the cuBLASLt call
   std::string problem;    // why it (last) ran as ATen calls; empty if never
+  std::string floor;      // its timings against its ATen form (GroupFloor::summary)
 };
 
 class Executor {
  public:
   // `compiles`: the codegen stage's runners of the plan's generated groups
   // (a group without one runs as ATen calls).
+  // `group_floor`: groups that allow it are timed against their ATen form
+  // (Note [A group is timed against its ATen form] in group_floor.h).
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
-           const FusionPlan& fusion, PythonFallback python_fallback, CompileFutures compiles = {});
+           const FusionPlan& fusion, PythonFallback python_fallback, CompileFutures compiles = {},
+           bool group_floor = false);
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -106,12 +114,16 @@ class Executor {
     std::size_t first_point = 0;
   };
   struct Counters {
-    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0};
+    std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
+        floored{0};
     std::array<std::atomic<std::int64_t>, kKernelKindCount> runs{}, fallbacks{};
   };
 
   void prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles);
   void count_engine_run(const GroupRunner& runner, bool ran) const;
+  // Runs an engine group; false when its ATen calls must run instead.
+  bool run_engine_group(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
+                        PlannedOutputs& planned) const;
   void add_partition_steps(const FusionPlan& fusion, int partition);
   void add_node_step(const Node& node);
   void plan_memory_use();
@@ -133,6 +145,8 @@ class Executor {
     // Values it reads besides its nodes' inputs (a matmul group reads the
     // input of a transpose it sees through): kept alive for it.
     std::vector<ValueId> reads;
+    // Its timings against its ATen form, when its runner allows them.
+    std::unique_ptr<GroupFloor> floor;
   };
   std::vector<EngineGroup> engine_groups_;
   MemoryPlan plan_;

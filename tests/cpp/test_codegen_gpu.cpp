@@ -860,6 +860,10 @@ TEST_F(GpuNorm, EveryKindMatchesReference) {
     // per row) and the last row group of the grid is ragged.
     check(kind, kF32, 2, 5000, true);
     check(kind, kBF16, 37, 40, true);
+    // Note [Scalar rows in registers]: a window's 49 scores and ViT's 197
+    // tokens, bf16 (not whole 8-wide vectors), many rows to a block.
+    check(kind, kBF16, 301, 49, true);
+    check(kind, kBF16, 67, 197, true);
   }
 }
 

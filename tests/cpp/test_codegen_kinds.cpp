@@ -879,6 +879,22 @@ TEST(CodegenTuning, FewRowsGetSmallerBlocksWithTheSameThreadsPerRow) {
   EXPECT_EQ(norm_launch_shape(entry, 4, 4096, 132).block_x, 128);
 }
 
+// Note [Scalar rows in registers]: rows of partial vectors hold one scalar
+// per chunk, so a 7x7 window's 49 bf16 scores take 16 threads, not a block.
+TEST(CodegenTuning, RowsOfPartialVectorsHoldScalarsInRegisters) {
+  KernelEntry entry;
+  entry.block_x = 128;
+  entry.elements_per_thread = 8;               // bf16 vectors
+  entry.row_elements_per_thread = 32;          // 4 vectors per thread
+  EXPECT_EQ(norm_row_threads(entry, 48), 2);   // whole vectors: 6 of 8
+  EXPECT_EQ(norm_row_threads(entry, 49), 16);  // 4 scalars a thread
+  EXPECT_EQ(norm_rows_per_block(entry, 49), 8);
+  EXPECT_EQ(norm_row_threads(entry, 197), 64);
+  EXPECT_EQ(norm_row_threads(entry, 512), 16);  // whole vectors again
+  EXPECT_EQ(norm_row_threads(entry, 513), 0);   // past 128 threads x 4 scalars: loop path
+  EXPECT_EQ(norm_rows_per_block(entry, 513), 1);
+}
+
 // Note [Wide rows for few rows]: ViT-B/16's 197 x 768 bf16 layer norm at
 // batch 1 takes the wide entry; enough rows to fill the device keep the
 // narrow one.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -373,3 +374,44 @@ def test_a_one_by_one_weight_with_contiguous_strides_is_read_in_place() -> None:
         torch.testing.assert_close(got, conv_relu(x, weight, b), rtol=2e-2, atol=2e-2)
     assert not [n for n in runs["contiguous"] if "memcpy" in n.lower() or "copy" in n.lower()], runs
     assert runs["contiguous"] == runs["channels_last"], runs
+
+
+@pytest.mark.parametrize("eager_floor", [True, False], ids=["floor", "no_floor"])
+def test_a_conv_group_is_timed_against_its_aten_form(eager_floor: bool) -> None:
+    """Note [A group is timed against its ATen form]: ConvNeXt-T's depthwise
+    7x7 with its bias, where cuDNN's fused engine took 12x ATen's time on an
+    H200. The first call times both forms; the faster one (the library call
+    unless ATen wins by the margin) runs every later call; the report says
+    which, with the times; eager_floor=False times nothing."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(96, 96, 7, padding=3, groups=96).cuda().to(torch.bfloat16)
+    conv = conv.to(memory_format=torch.channels_last)
+    x = torch.randn(8, 96, 56, 56, device="cuda", dtype=torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    options = {"strict": True, "eager_floor": eager_floor}
+    compiled = torch.compile(conv, backend="mybackend", options=options)
+    with torch.no_grad():
+        want = conv(x)
+        first, records = compiled_records(lambda: compiled(x))
+        second = compiled(x)
+    for got in (first, second):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    (record,) = records
+    # A fresh report: the record's own is made once, and a debug log reads it
+    # while compiling, before any call has timed anything.
+    (kernel,) = [k for k in record.compiled.report()["kernels"] if k["kind"] == "conv"]
+    stats = record.compiled.stats()
+    if not eager_floor:
+        assert kernel["floor"] == "" and stats["conv_groups_run"] == 2, (kernel, stats)
+        return
+    timed = re.fullmatch(
+        r"timed against ATen: engine ([\d.]+) us, ATen ([\d.]+) us: (ATen|engine) runs",
+        kernel["floor"],
+    )
+    assert timed, kernel["floor"]
+    engine_us, aten_us = float(timed[1]), float(timed[2])
+    aten_runs = aten_us < engine_us * 0.95
+    assert (timed[3] == "ATen") == aten_runs
+    assert stats["conv_groups_run"] == (1 if aten_runs else 2), stats  # the timed call counts
+    assert stats["groups_run_as_faster_aten"] == (1 if aten_runs else 0), stats
+    assert stats["conv_fallbacks"] == 0, stats

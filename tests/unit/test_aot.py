@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+import mybackend.aot
 from mybackend.decompositions import KEPT_WHOLE, decomposition_table
 from tests.testing import compiled_records
 
@@ -83,3 +85,44 @@ def test_embedding_gradient_stays_one_node() -> None:
     embedding(tokens).square().sum().backward()
     torch.testing.assert_close(got, embedding.weight.grad)
     assert got[2].abs().sum() == 0  # the padding row takes no gradient
+
+
+class _Attention(torch.nn.Module):
+    """A projection, then attention (the attention-mask pass rewrites a copy
+    of the graph before aot_autograd) or a plain product (no pass)."""
+
+    def __init__(self, sdpa: bool) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 24)
+        self.sdpa = sdpa
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.proj(x).view(1, 4, 3, 8).unbind(2)
+        if self.sdpa:
+            return F.scaled_dot_product_attention(q[None], k[None], v[None])
+        return q * k + v
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_parameters_stay_static_inputs_after_the_passes_before_aot(
+    monkeypatch: pytest.MonkeyPatch, sdpa: bool
+) -> None:
+    """Note [Dynamo's metadata on a rewritten graph]: the projection's
+    weight and bias reach the core as static inputs (CUDA graphs capture
+    them in place) whether or not a pass rewrote the dynamo graph first."""
+    seen: list[tuple[str, list[int]]] = []
+    real = mybackend.aot.static_input_indices
+
+    def recording(kind: str) -> list[int]:
+        indices = real(kind)
+        seen.append((kind, indices))
+        return indices
+
+    monkeypatch.setattr(mybackend.aot, "static_input_indices", recording)
+    torch._dynamo.reset()
+    model = _Attention(sdpa)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+        _, records = compiled_records(lambda: compiled(torch.randn(4, 8)))
+    assert ("attention" in records[0].ir_text) == sdpa
+    assert seen == [("inference", [0, 1])]

@@ -12,9 +12,16 @@
 // written once; blockDim.x / tpr rows per block. cols is a run-time
 // argument, so the kernel picks tpr itself (row_threads) and the launcher
 // repeats the computation only to size the grid. Rows that do not fit, or
-// whose length is not a multiple of VEC, take the loop path: a block per
-// row, read twice (statistics, then output; the second read usually hits
-// L2).
+// too long for it take the loop path: a block per row, read twice
+// (statistics, then output; the second read usually hits L2).
+//
+// Note [Scalar rows in registers]
+// A row whose length is not a multiple of VEC (a 7x7 window's 49 scores,
+// ViT's 197 tokens) takes the register path with scalars: CHUNKS elements a
+// thread. It once took the loop path, a 128-thread block for 49 elements
+// with two block-wide reductions: Swin-T's window softmax ran at 180 us a
+// call on an H200, a tenth of DRAM bandwidth. with_register_path picks the
+// width; the launcher's norm_row_threads mirrors it.
 #pragma once
 
 #include "mb_math.cuh"
@@ -40,6 +47,25 @@ __device__ __forceinline__ int row_threads(long long cols) {
   int tpr = 1;
   while (tpr < block && static_cast<long long>(tpr) * VEC * CHUNKS < cols) tpr *= 2;
   return static_cast<long long>(tpr) * VEC * CHUNKS >= cols ? tpr : 0;
+}
+
+// Runs body(tpr, Int<V>()) on the register path, V = VEC for rows of whole
+// vectors, else 1 (Note [Scalar rows in registers]); false when the row
+// does not fit, for the loop path.
+template <int VEC, int CHUNKS, class F>
+__device__ __forceinline__ bool with_register_path(long long cols, F&& body) {
+  if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
+    body(tpr, Int<VEC>());
+    return true;
+  }
+  if constexpr (VEC > 1) {
+    if (cols % VEC == 0) return false;
+    if (const int tpr = row_threads<1, CHUNKS>(cols)) {
+      body(tpr, Int<1>());
+      return true;
+    }
+  }
+  return false;
 }
 
 // Reduces over the tpr threads of one row (tpr a power of two; threads
@@ -237,10 +263,10 @@ __device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __r
                                                 I cols) {
   typedef typename Compute<T>::type A;
   typedef SoftmaxReducer<A> R;
-  if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
-    softmax_forward_rows<T, TO, I, VEC, CHUNKS, LOG>(x, y, rows, cols, tpr);
+  if (with_register_path<VEC, CHUNKS>(cols, [&](int tpr, auto vec) {
+        softmax_forward_rows<T, TO, I, decltype(vec)::value, CHUNKS, LOG>(x, y, rows, cols, tpr);
+      }))
     return;
-  }
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     TO* yr = y + row * cols;
@@ -269,10 +295,39 @@ __device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __r
 
 // softmax:     gx = y * (gy - sum(gy * y))
 // log_softmax: gx = gy - exp(y) * sum(gy)
-template <class T, class I, int VEC, bool LOG>
+// Register path (Note [Rows in registers]): gy and y read once.
+template <class T, class I, int VEC, int CHUNKS, bool LOG>
+__device__ __forceinline__ void softmax_backward_rows(const T* __restrict__ gy,
+                                                      const T* __restrict__ y, T* __restrict__ gx,
+                                                      I rows, I cols, int tpr) {
+  typedef typename Compute<T>::type A;
+  A g[CHUNKS][VEC], o[CHUNKS][VEC];
+  for_row_groups(rows, cols, tpr, [&](int lane, I, bool live, I offset) {
+    A sum = A(0);
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
+      load_as<VEC>(gy + offset + c, g[k]);
+      load_as<VEC>(y + offset + c, o[k]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += LOG ? g[k][e] : g[k][e] * o[k][e];
+    });
+    sum = row_reduce<SumReducer<A> >(sum, tpr);
+    for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        g[k][e] = LOG ? g[k][e] - mb::exp(o[k][e]) * sum : o[k][e] * (g[k][e] - sum);
+      store_compute<VEC>(gx + offset + c, g[k]);
+    });
+  });
+}
+
+template <class T, class I, int VEC, int CHUNKS, bool LOG>
 __device__ __forceinline__ void softmax_backward(const T* __restrict__ gy, const T* __restrict__ y,
                                                  T* __restrict__ gx, I rows, I cols) {
   typedef typename Compute<T>::type A;
+  if (with_register_path<VEC, CHUNKS>(cols, [&](int tpr, auto vec) {
+        softmax_backward_rows<T, I, decltype(vec)::value, CHUNKS, LOG>(gy, y, gx, rows, cols, tpr);
+      }))
+    return;
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const I base = row * cols;
     A sum = A(0);
@@ -466,11 +521,11 @@ __device__ __forceinline__ void norm_forward(const X& x, const W* __restrict__ w
                                              I rows, I cols, double eps) {
   typedef typename Compute<T>::type A;
   typedef WelfordReducer<A> R;
-  if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
-    norm_forward_rows<T, TO, W, I, VEC, CHUNKS, RMS, HAS_W, HAS_B, SAVE, ROUND, X>(
-        x, w, b, y, mean_out, rstd_out, rows, cols, eps, tpr);
+  if (with_register_path<VEC, CHUNKS>(cols, [&](int tpr, auto vec) {
+        norm_forward_rows<T, TO, W, I, decltype(vec)::value, CHUNKS, RMS, HAS_W, HAS_B, SAVE, ROUND,
+                          X>(x, w, b, y, mean_out, rstd_out, rows, cols, eps, tpr);
+      }))
     return;
-  }
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const I base = row * cols;
     if (RMS) {
@@ -580,11 +635,11 @@ __device__ __forceinline__ void norm_backward_input(
     I cols) {
   typedef typename Compute<T>::type A;
   typedef PairSumReducer<A> R;
-  if (const int tpr = row_threads<VEC, CHUNKS>(cols)) {
-    norm_backward_rows<T, W, I, VEC, CHUNKS, RMS, HAS_W, S>(gy, x, mean, rstd, w, gx, rows, cols,
-                                                            tpr);
+  if (with_register_path<VEC, CHUNKS>(cols, [&](int tpr, auto vec) {
+        norm_backward_rows<T, W, I, decltype(vec)::value, CHUNKS, RMS, HAS_W, S>(
+            gy, x, mean, rstd, w, gx, rows, cols, tpr);
+      }))
     return;
-  }
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
     const I base = row * cols;
     const A mu = RMS ? A(0) : mean[row];
