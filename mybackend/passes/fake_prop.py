@@ -220,3 +220,24 @@ def restore_output_strides(gm: torch.fx.GraphModule, original: list[Any]) -> int
         new_values[i] = clone
     output.args = (type(values)(new_values),)
     return copies
+
+
+def call_with_value(
+    graph: torch.fx.Graph,
+    target: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+) -> torch.fx.Node:
+    """A new node calling ``target`` with its FakeTensor value, computed
+    under the caller's fake mode from its arguments' values."""
+    node = graph.call_function(target, args, kwargs)
+    node.meta["val"] = target(*[_value_of(a) for a in args], **(kwargs or {}))
+    return node
+
+
+def _value_of(arg: Any) -> Any:
+    if isinstance(arg, torch.fx.Node):
+        return arg.meta["val"]
+    if isinstance(arg, Sequence) and not isinstance(arg, str):
+        return [_value_of(a) for a in arg]
+    return arg

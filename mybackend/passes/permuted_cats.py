@@ -30,12 +30,13 @@ a plain integer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
+
+from mybackend.passes.fake_prop import call_with_value as _call
 
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
@@ -119,19 +120,3 @@ def _static_shape(node: Any) -> list[int] | None:
         return None
     shape = list(value.shape)
     return shape if all(type(s) is int for s in shape) else None
-
-
-def _call(graph: torch.fx.Graph, target: Any, args: tuple[Any, ...]) -> torch.fx.Node:
-    """A new node with its FakeTensor value (computed under the caller's fake mode)."""
-    node = graph.call_function(target, args)
-    fake_args = [_value_of(a) for a in args]
-    node.meta["val"] = target(*fake_args)
-    return node
-
-
-def _value_of(arg: Any) -> Any:
-    if isinstance(arg, torch.fx.Node):
-        return arg.meta["val"]
-    if isinstance(arg, Sequence) and not isinstance(arg, str):
-        return [_value_of(a) for a in arg]
-    return arg

@@ -531,3 +531,34 @@ def test_a_pre_norm_block_trains_with_the_epilogue() -> None:
     whys = [k["why"] for k in backward.compiled.report()["kernels"] if k["kind"] == "norm"]
     assert any("epilogue elementwise op" in w for w in whys), whys
     assert backward.compiled.stats()["generated_kernel_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+@pytest.mark.parametrize("dtype", [BF16, F32])
+def test_squeeze_excitation_mean_reads_channels_last_in_memory_order(
+    batch: int, dtype: torch.dtype
+) -> None:
+    """Note [Reductions in memory order]: the mean over a channels-last
+    activation's spatial dims, read by a product, runs as a generated column
+    reduction through the backend (strict) and matches eager."""
+
+    class Squeeze(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reduce = torch.nn.Conv2d(96, 24, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.reduce(x.mean((2, 3), keepdim=True))
+
+    from tests.testing import compiled_records
+
+    model = Squeeze().cuda().to(dtype).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, 96, 28, 28, device="cuda", dtype=dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    with torch.no_grad():
+        want = model(x)
+        got, records = compiled_records(lambda: compiled(x))
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    (record,) = records
+    assert record.compiled.stats()["generated_reductions_run"] == 1, record.compiled.report()
