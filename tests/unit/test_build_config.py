@@ -9,6 +9,9 @@ every build, built only by tools/run_tests.sh in the same build tree.
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
@@ -95,3 +98,30 @@ def test_cpp_tests_are_built_by_the_test_command_only() -> None:
     run_tests = (ROOT / "tools" / "run_tests.sh").read_text()
     assert "mybackend_cpp_tests" not in setup and "ctest" not in setup
     assert "--target mybackend_cpp_tests" in run_tests
+
+
+def test_the_wheel_script_makes_a_manylinux_wheel_without_torch_inside(tmp_path: Path) -> None:
+    """tools/build_wheel.sh (README, "Building a wheel"): a manylinux tag,
+    no library grafted in (torch's, CUDA's and cuDNN's stay with torch),
+    _C's RUNPATH pointing at the installed torch, torch's minor pinned."""
+    subprocess.run(
+        ["bash", str(ROOT / "tools" / "build_wheel.sh"), str(tmp_path)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=900,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    assert re.search(r"-manylinux_\d+_\d+_x86_64\.whl$", wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        assert not [n for n in names if ".libs/" in n], names  # nothing grafted
+        (extension,) = [n for n in names if re.fullmatch(r"mybackend/_C\..*\.so", n)]
+        metadata = archive.read(next(n for n in names if n.endswith("METADATA"))).decode()
+        (tmp_path / "_C.so").write_bytes(archive.read(extension))
+    minor = ".".join(torch.__version__.split(".")[:2])
+    assert f"Requires-Dist: torch=={minor}.*" in metadata
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(tmp_path / "_C.so")], check=True, capture_output=True, text=True
+    ).stdout
+    assert "$ORIGIN/../torch/lib" in dynamic
