@@ -347,13 +347,20 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   // each group waits for) belong to `target`? Groups run as one unit, so a
   // group waits for everything any member waits for; group_deps grow as
   // groups do, hence the walk over current sets.
+  // Groups seen by the current walk carry its stamp: no set is built per
+  // walk (a 16-layer decoder's partition made these walks most of planning).
+  std::vector<int> seen_in_walk;
+  int walk = 0;
   auto reaches_from = [&](std::vector<int> stack, int target) {
-    std::set<int> seen;
+    ++walk;
+    seen_in_walk.resize(group_deps.size(), 0);
     while (!stack.empty()) {
       const int h = find(stack.back());
       stack.pop_back();
       if (h == target) return true;
-      if (!seen.insert(h).second) continue;
+      int& stamp = seen_in_walk[static_cast<std::size_t>(h)];
+      if (stamp == walk) continue;
+      stamp = walk;
       for (int next : group_deps[static_cast<std::size_t>(h)]) stack.push_back(next);
     }
     return false;
