@@ -181,6 +181,32 @@ std::string pointwise_candidate_problem(const Graph& graph, const Node& node) {
 PointwisePlanner::PointwisePlanner(const GraphIndex& index, const FusionOptions& options)
     : index_(index), graph_(index.graph), options_(options) {}
 
+bool PointwisePlanner::inlines_into(const std::vector<NodeId>& group, NodeId reader) const {
+  const TensorType& big = graph_.value(graph_.node(reader).outputs[0]).tensor;
+  if (group.empty() || group.size() > kMaxInlinedNodes) return false;
+  const TensorType& small = graph_.value(graph_.node(group[0]).outputs[0]).tensor;
+  if (small.device.str() != big.device.str() || small.rank() > big.rank()) return false;
+  std::int64_t small_numel = 1, big_numel = 1;
+  for (const Dim& d : big.sizes) {
+    if (!d.is_static()) return false;
+    big_numel *= d.static_value();
+  }
+  const std::size_t offset = static_cast<std::size_t>(big.rank() - small.rank());
+  for (std::size_t d = 0; d < small.sizes.size(); ++d) {
+    if (!small.sizes[d].is_static()) return false;
+    const std::int64_t size = small.sizes[d].static_value();
+    if (size != 1 && size != big.sizes[offset + d].static_value()) return false;
+    small_numel *= size;
+  }
+  if (small_numel >= big_numel) return false;
+  std::set<NodeId> members(group.begin(), group.end());
+  members.insert(reader);
+  for (NodeId id : group) {
+    if (index_.used_outside(graph_.node(id).outputs[0], members)) return false;
+  }
+  return true;
+}
+
 std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     const std::vector<NodeId>& nodes, std::string* why) const {
   const std::set<NodeId> members(nodes.begin(), nodes.end());
@@ -192,7 +218,19 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     }
   }
   auto group = std::make_shared<PointwiseGroup>();
-  const TensorType& shape = graph_.value(graph_.node(nodes[0]).outputs[0]).tensor;
+  // The iteration space: the first stored output's shape, which every
+  // stored output has (an inlined broadcast producer is never stored: Note
+  // [Broadcast producers inlined]).
+  const TensorType* stored = nullptr;
+  for (NodeId id : nodes) {
+    const ValueId v = graph_.node(id).outputs[0];
+    if (index_.used_outside(v, members)) {
+      stored = &graph_.value(v).tensor;
+      break;
+    }
+  }
+  const TensorType& shape =
+      stored != nullptr ? *stored : graph_.value(graph_.node(nodes[0]).outputs[0]).tensor;
   const int rank = static_cast<int>(shape.rank());
   const std::string key = shape_key(shape);
   // Note [Iteration order]: the first stored output decides.
@@ -427,6 +465,14 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       if (g != group_of.end() && group_key[static_cast<std::size_t>(find(g->second))] == key)
         candidates.insert(find(g->second));
     }
+    // Note [Broadcast producers inlined]
+    for (NodeId p : local_producers) {
+      auto g = group_of.find(p);
+      if (g == group_of.end()) continue;
+      const int pg = find(g->second);
+      if (candidates.count(pg) || claimed_of_group.count(pg)) continue;
+      if (inlines_into(groups[static_cast<std::size_t>(pg)], n)) candidates.insert(pg);
+    }
     // Join (and merge) the candidates in id order while that stays acyclic:
     // no producer outside the chosen set may wait for it, and no chosen
     // group may wait for another (a path between them would leave and
@@ -461,6 +507,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       alias.push_back(target);
     } else {
       target = chosen[0];
+      group_key[static_cast<std::size_t>(target)] = key;  // an inlined producer's is smaller
       for (std::size_t k = 1; k < chosen.size(); ++k) {
         const auto from = static_cast<std::size_t>(chosen[k]);
         auto& into = groups[static_cast<std::size_t>(target)];

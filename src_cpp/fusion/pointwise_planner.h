@@ -13,6 +13,20 @@
 // of groups it depends on). A group's outputs are the values its nodes
 // compute that something outside it reads (several outputs are fine).
 //
+// Note [Broadcast producers inlined]
+// A group whose shape only broadcasts to its reader's (a squeeze-excitation
+// block's sigmoid over [N, C, 1, 1], read by the multiply over [N, C, H,
+// W]) joins the reader's group when nothing else reads its values: the
+// kernel computes it per element of the larger space from its broadcast
+// inputs, as it reads any broadcast input, instead of a launch of its own
+// and a store and load of its result (EfficientNet-B0 at batch 1 ran 16 of
+// these sigmoids as ATen kernels: Inductor fuses them into the multiply).
+// Static shapes only, and at most kMaxInlinedNodes ops: each runs once per
+// element of the larger space, so a long chain of transcendental functions
+// could make a memory-bound kernel compute-bound. The merged group takes
+// the reader's shape, and its iteration space is that of its first stored
+// output (build_group).
+//
 // Note [Widening casts ride with their readers]
 // Joining a producer's group is the right default, except for a cast to a
 // wider (or equally wide) dtype whose readers all sit in one later group of
@@ -51,6 +65,7 @@ std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
 // generated kernels off the planner only places the claimed groups.
 class PointwisePlanner {
  public:
+  static constexpr std::size_t kMaxInlinedNodes = 4;  // Note [Broadcast producers inlined]
   PointwisePlanner(const GraphIndex& index, const FusionOptions& options);
   std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
                                 const ClaimedGroups& claimed = {});
@@ -58,6 +73,9 @@ class PointwisePlanner {
  private:
   std::shared_ptr<const PointwiseGroup> build_group(const std::vector<NodeId>& nodes,
                                                     std::string* why) const;
+  // Note [Broadcast producers inlined]: whether `group` may join the group
+  // of its reader `reader`, whose shape is larger.
+  bool inlines_into(const std::vector<NodeId>& group, NodeId reader) const;
   // Note [Widening casts ride with their readers]
   void move_widening_casts_to_readers(std::vector<std::vector<NodeId>>& groups,
                                       std::map<NodeId, int>& group_of,

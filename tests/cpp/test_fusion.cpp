@@ -256,12 +256,44 @@ TEST(FusionPlan, DifferentShapesMakeSeparateGroups) {
   ValueId n = b.add_node(NodeKind::Aten, "aten::neg.default", {v(e)}, {out(s)}, "neg")[0];
   ValueId a = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(y), v(n)}, {out(t)}, "add")[0];
   ValueId r = b.add_node(NodeKind::Aten, "aten::relu.default", {v(a)}, {out(t)}, "relu")[0];
-  b.set_outputs({v(r)});
+  b.set_outputs({v(r), v(n)});  // neg's value is read outside: not inlined
   Planned p = plan(b);
   auto pointwise = p.groups(KernelKind::Pointwise);
   ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
   EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1}));
   EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{2, 3}));
+}
+
+// Note [Broadcast producers inlined]: the same chain, its small values read
+// only by the add, runs inside the add's kernel, whose iteration space is
+// the stored output's [4, 8]; a longer small chain than the cap stays apart.
+TEST(FusionPlan, BroadcastProducersJoinTheirReader) {
+  for (int small_ops : {2, static_cast<int>(PointwisePlanner::kMaxInlinedNodes) + 1}) {
+    GraphBuilder b;
+    const TensorType t = tensor(DType::Float32, {4, 8});
+    const TensorType s = tensor(DType::Float32, {8});
+    ValueId chain = b.add_input(out(s, "x"));
+    ValueId y = b.add_input(out(t, "y"));
+    for (int k = 0; k < small_ops; ++k)
+      chain = b.add_node(NodeKind::Aten, "aten::neg.default", {v(chain)}, {out(s)},
+                         "neg" + std::to_string(k))[0];
+    ValueId a =
+        b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(y), v(chain)}, {out(t)}, "add")[0];
+    ValueId r = b.add_node(NodeKind::Aten, "aten::relu.default", {v(a)}, {out(t)}, "relu")[0];
+    b.set_outputs({v(r)});
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    const auto all = static_cast<std::size_t>(small_ops + 2);
+    if (small_ops <= static_cast<int>(PointwisePlanner::kMaxInlinedNodes)) {
+      ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
+      EXPECT_EQ(pointwise[0]->nodes.size(), all);
+      const PointwiseGroup* group = pointwise[0]->get<PointwiseGroup>();
+      EXPECT_EQ(group->spec.rank, 2);  // the stored output's space
+      EXPECT_EQ(group->outputs, (std::vector<ValueId>{r}));
+    } else {
+      ASSERT_EQ(pointwise.size(), 2u) << p.plan.to_string();
+    }
+  }
 }
 
 TEST(TypePromotion, MatchesTorch) {

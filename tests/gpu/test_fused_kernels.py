@@ -245,3 +245,27 @@ def test_a_lone_cast_runs_generated(source: torch.dtype, target: torch.dtype, la
         _check(lambda x: x.t().to(target), x, tol={"rtol": 0, "atol": 0})
     else:
         _check(lambda x: x.to(target), x, tol={"rtol": 0, "atol": 0})
+
+
+def _gate(x: torch.Tensor, s: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.silu(x) * torch.sigmoid(s + b)
+
+
+def _gate_in_opmath(x: torch.Tensor, s: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return _gate(x.float(), s.float(), b.float()).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_a_broadcast_gate_computed_inside_its_readers_kernel(
+    dtype: torch.dtype, channels_last: bool
+) -> None:
+    """Note [Broadcast producers inlined]: the squeeze-excitation gate over
+    [N, C, 1, 1] runs inside the multiply's kernel, one kernel in all."""
+    x = torch.randn(2, 40, 14, 14, device="cuda", dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    s = torch.randn(2, 40, 1, 1, device="cuda", dtype=dtype)
+    b = torch.randn(40, 1, 1, device="cuda", dtype=dtype)
+    compiled = _check(_gate, x, s, b, tol=TOL[dtype], reference=_gate_in_opmath)
+    assert [k["kind"] for k in compiled.report()["kernels"]] == ["pointwise"]

@@ -18,6 +18,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from tests.testing import HANG_GUARD_S
+
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +111,7 @@ def test_the_wheel_script_makes_a_manylinux_wheel_without_torch_inside(tmp_path:
         check=True,
         cwd=ROOT,
         capture_output=True,
-        timeout=900,
+        timeout=HANG_GUARD_S,
     )
     (wheel,) = tmp_path.glob("*.whl")
     assert re.search(r"-manylinux_\d+_\d+_x86_64\.whl$", wheel.name), wheel.name

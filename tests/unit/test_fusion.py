@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -390,3 +391,41 @@ def test_autocast_forward_casts_its_parameters_in_one_kernel() -> None:
     }
     lone_casts = [k for k in kernels if k["kind"] == "pointwise" and len(k["nodes"]) == 1]
     assert lone_casts == [], lone_casts
+
+
+def test_a_broadcast_producer_joins_its_readers_kernel() -> None:
+    """Note [Broadcast producers inlined]: a squeeze-excitation gate, the
+    sigmoid over [N, C, 1, 1] read only by the multiply over [N, C, H, W],
+    runs inside the multiply's kernel, computed per element."""
+    kernels = _kernels(
+        lambda x, s, b: F.silu(x) * torch.sigmoid(s + b),
+        ((2, 16, 5, 5), F32),
+        ((2, 16, 1, 1), F32),
+        ((16, 1, 1), F32),
+    )
+    assert [k["kind"] for k in kernels] == ["pointwise"], kernels
+    assert len(kernels[0]["nodes"]) == 4
+
+
+def test_a_broadcast_producer_read_elsewhere_stays_apart() -> None:
+    """Its value is stored for another reader: inlined it would be stored in
+    the larger space, so it keeps its own kernel (here, alone, ATen)."""
+
+    def gate_returned(x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gate = torch.sigmoid(s)
+        return x * gate, gate
+
+    kernels = _kernels(gate_returned, ((2, 16, 5, 5), F32), ((2, 16, 1, 1), F32))
+    assert "pointwise" not in [k["kind"] for k in kernels], kernels
+
+
+def test_a_long_broadcast_chain_is_not_recomputed_per_element() -> None:
+    """More than kMaxInlinedNodes ops over the small shape keep their own
+    kernel: each would run once per element of the larger space."""
+
+    def chain(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(torch.exp(torch.tanh(torch.sin(torch.cos(s)))))
+
+    kernels = _kernels(chain, ((2, 16, 5, 5), F32), ((2, 16, 1, 1), F32))
+    groups = sorted(len(k["nodes"]) for k in kernels if k["kind"] == "pointwise")
+    assert groups == [5], kernels  # the chain; the multiply alone runs as ATen

@@ -141,8 +141,9 @@ def test_the_pass_lists() -> None:
     assert names == [
         ["attention_masks", "cross_entropy"],
         ["layout", "padding"],
-        ["input_mutations", "padding", "layout", "hoisting", "batch_norm_gradients",
-         "casts_after_views", "widening_casts", "scatter_adds", "permuted_cats"],
+        ["input_mutations", "padding", "layout", "hoisting", "memory_order_reductions",
+         "batch_norm_gradients", "casts_after_views", "widening_casts", "scatter_adds",
+         "permuted_cats"],
     ]  # fmt: skip
     for passes in pipeline.LISTS:
         assert len({p.name for p in passes}) == len(passes), "a name is a stage: one per list"
