@@ -30,14 +30,11 @@ them apart.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
-from mybackend import _C
-from mybackend.lowering.arguments import ir_op_name
+from mybackend.passes.elementwise import is_elementwise
 from mybackend.passes.fake_prop import call_with_value
 
 aten = torch.ops.aten
@@ -119,23 +116,9 @@ def _plain_ints(t: torch.Tensor) -> bool:
     return all(type(s) is int for s in (*t.shape, *t.stride(), t.storage_offset()))
 
 
-@functools.cache
-def _pointwise_ops() -> frozenset[str]:
-    return frozenset(name for name, op_class in _C.supported_ops() if op_class == "pointwise")
-
-
-def _pointwise(node: object) -> bool:
-    return (
-        isinstance(node, torch.fx.Node)
-        and node.op == "call_function"
-        and isinstance(node.target, torch._ops.OpOverload)
-        and ir_op_name(node.target) in _pointwise_ops()
-    )
-
-
 def _fuses_in_logical_order(node: torch.fx.Node) -> bool:
     """An elementwise epilogue or prologue the planner would give it."""
-    source = node.args[0]
-    if _pointwise(source) and list(source.users) == [node]:
+    source = node.args[0]  # a node: _memory_order_plan read its value
+    if is_elementwise(source) and list(source.users) == [node]:
         return True
-    return any(_pointwise(user) for user in node.users)
+    return any(is_elementwise(user) for user in node.users)
