@@ -53,7 +53,11 @@ from mybackend.options import Options
 from mybackend.passes.common_subexpressions import eliminate_common_subexpressions
 from mybackend.passes.driver import DYNAMO, JOINT, PassContext, run_passes, selected
 from mybackend.passes.fake_prop import copy_graph
-from mybackend.passes.hoist import HoistedGraphFunction, HoistedValues
+from mybackend.passes.hoist import (
+    HoistedGraphFunction,
+    HoistedValues,
+    with_hoisted_inputs_ignored,
+)
 from mybackend.passes.pipeline import BEFORE_AOT, ON_JOINT, PER_GRAPH
 from mybackend.reports import GraphRecord, publish
 
@@ -231,8 +235,8 @@ def _compile_now(
             options.cache_root(), ir_text, floor_inputs, repr(core_options)
         )
         floor = EagerFloor(name, cache_file)
-    # Hoisting changed the graph's inputs: then the floor times the planned graph.
-    reference = gm if hoist is None else None
+    # Hoisting added inputs: the floor's reference takes and ignores them.
+    reference = gm if hoist is None else with_hoisted_inputs_ignored(gm, hoist)
     compiled = CompiledGraphFunction(name, lowered, core, planned, options, floor, reference)
     record = GraphRecord(
         name, kind, ir_text, core.report, stage_times, compiled=compiled, gm=planned

@@ -115,7 +115,8 @@ class Options:
         "memory. A parameter's version changes with assignments, optimizer steps, "
         "load_state_dict and in-place ops on it, but not with in-place edits through "
         "``p.data``, which then leave stale results: off by default for that reason "
-        "(Note [Hoisted parameter work]).",
+        "(Note [Hoisted parameter work]). Constants, which read no input, are hoisted "
+        "either way (Note [Constants are always hoisted]).",
         True,
     )
     min_fused_nodes: int = _field(

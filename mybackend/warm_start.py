@@ -80,8 +80,8 @@ and writes it. The floor times the compiled graph against aot_autograd's
 graph before mybackend's per-graph passes; the recipe keeps that graph too,
 pickled and unpickled on the floor's first eager call only, so that both
 processes measure against the same eager program. It is kept only for a
-graph with a floor, and not when it is the planned graph itself (a hoisted
-graph's reference, or one no pass replaced): the planned graph stands in.
+graph with a floor, and not when it is the planned graph itself (no pass
+replaced it): the planned graph stands in.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ class GraphRecipe:
     plan: bytes | None = None  # Note [Saved core plans]
     # Note [Warm-started floors]: what keys the eager floor's choice (None:
     # the graph had no floor), and the floor's reference graph, pickled
-    # (None: the planned graph is the reference, as when hoisting).
+    # (None: the planned graph is the reference).
     floor_inputs: FloorInputs | None = None
     reference: bytes | None = None
 

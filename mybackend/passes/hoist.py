@@ -44,6 +44,21 @@ calls, as a frozen model's folded constants would.
 
 Only inference graphs are hoisted: in training, parameters change every
 step, and the backward graph needs the forward's own values.
+
+Note [Constants are always hoisted]
+Some nodes read no input at all: the index tensors of a decomposed
+``roll`` (arange, add, remainder: Swin's shifted windows), position ids,
+causal masks, relative-position buckets. Eager launches their kernels on
+every call and so did a compiled graph, captured or not: Swin-T ran about
+40 such kernels per step, which at batch 1 under CUDA graphs is a tenth of
+its time. Their values cannot change, so nothing needs watching and the
+caveat above does not apply: they are hoisted with or without the option
+(``hoist_parameter_work(..., static_inputs=[])`` hoists exactly them). Two
+limits. A constant the graph returns, or a view of one, stays in the main
+graph: the caller owns an output and may write to it, and a hoisted value
+is shared by every call. A constant over ``MAX_CONSTANT_BYTES`` stays too:
+a hoisted value lives as long as the compiled graph, where eager frees it
+after the call.
 """
 
 from __future__ import annotations
@@ -98,17 +113,53 @@ class HoistPlan:
     hoisted_inputs: list[int]  # positions of the hoisted values among the main graph's inputs
 
 
+# Note [Constants are always hoisted]: the largest input-free value hoisted.
+MAX_CONSTANT_BYTES = 16 * 1024 * 1024
+
+
+def _returned(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes the graph returns, and those they are views of."""
+    found: set[torch.fx.Node] = set()
+    stack = [a for n in gm.graph.find_nodes(op="output") for a in _node_args(n)]
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and is_view_op(target):
+            stack.extend(_node_args(node))
+    return found
+
+
+def _nbytes(node: torch.fx.Node) -> int:
+    value = node.meta["val"]
+    return int(value.untyped_storage().nbytes()) if value.numel() else 0
+
+
 def hoist_parameter_work(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static_inputs: Sequence[int]
 ) -> HoistPlan | None:
-    """Splits ``gm`` (Note [Hoisted parameter work]); None when nothing is worth it."""
+    """Splits ``gm`` (Note [Hoisted parameter work]); None when nothing is worth it.
+
+    With ``static_inputs`` empty only constants move (Note [Constants are
+    always hoisted])."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     static = {placeholders[i] for i in static_inputs if i < len(placeholders)}
+    returned = _returned(gm)
     derived: set[torch.fx.Node] = set()  # hoistable, reading only static inputs
+    input_free: set[torch.fx.Node] = set()  # hoistable, reading no input at all
     computes: dict[torch.fx.Node, bool] = {}
     for node in gm.graph.nodes:
         args = _node_args(node)
-        if _hoistable_op(node) and all(a in static or a in derived for a in args):
+        if node in returned or not _hoistable_op(node):
+            continue
+        if all(a in input_free for a in args):
+            input_free.add(node)
+            hoisted = all(a in derived for a in args) and _nbytes(node) <= MAX_CONSTANT_BYTES
+        else:
+            hoisted = all(a in static or a in derived for a in args)
+        if hoisted:
             derived.add(node)
             computes[node] = not is_view_op(node.target) or any(
                 computes.get(a, False) for a in args
@@ -160,6 +211,23 @@ def hoist_parameter_work(
         example_inputs=[*example_inputs, *values],
         hoisted_inputs=list(range(len(placeholders), len(placeholders) + len(values))),
     )
+
+
+def with_hoisted_inputs_ignored(gm: torch.fx.GraphModule, plan: HoistPlan) -> torch.fx.GraphModule:
+    """``gm`` (the graph before hoisting) taking the main graph's inputs: it
+    ignores the hoisted values and computes them itself, as eager does. The
+    eager floor times it (Note [Eager is the floor])."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        env[node] = graph.node_copy(node)
+    for k in range(len(plan.hoisted_inputs)):
+        graph.placeholder(f"hoisted_{k}_unused")
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    return new_graph_module(gm, graph)
 
 
 class HoistedValues:

@@ -59,17 +59,19 @@ def _input_mutations(ctx: PassContext) -> int:
 
 
 def _hoist(ctx: PassContext) -> int:
-    """Moves parameter-only work to a prepare graph (Note [Hoisted parameter
-    work]): the graph compiled gains the hoisted values as static inputs."""
-    if fsdp2_in_use():  # Note [Graphs under FSDP2]: refills no watch can see
+    """Moves constant work, and with the option parameter-only work, to a
+    prepare graph (Note [Hoisted parameter work], Note [Constants are always
+    hoisted]): the graph compiled gains the hoisted values as static inputs."""
+    static = ctx.static_inputs if ctx.options.hoist_parameter_work else []
+    if static and fsdp2_in_use():  # Note [Graphs under FSDP2]: refills no watch can see
         warn_once(
             "hoist-fsdp2",
             "mybackend: hoist_parameter_work is ignored while FSDP2 (fully_shard) shards "
             "modules: FSDP2 refills parameters in place, keeping their version counters, "
             "so hoisted values could not follow optimizer steps",
         )
-        return 0
-    plan = hoist_parameter_work(ctx.gm, ctx.inputs(), ctx.static_inputs)
+        static = []
+    plan = hoist_parameter_work(ctx.gm, ctx.inputs(), static)
     if plan is None:
         return 0
     ctx.hoist = plan
@@ -114,10 +116,6 @@ def _pad_matmuls_on(options: Options) -> bool:
     return options.pad_matmuls
 
 
-def _hoist_on(options: Options) -> bool:
-    return options.hoist_parameter_work
-
-
 def _generated_kernels(options: Options) -> bool:
     return options.generated_kernels
 
@@ -139,7 +137,7 @@ PER_GRAPH: tuple[GraphPass, ...] = (
     GraphPass("padding", _pad_matmuls_on, _pad_matmuls),
     # A training graph's layout was planned on its joint graph.
     GraphPass("layout", _channels_last_on, _channels_last, kinds=INFERENCE),
-    GraphPass("hoisting", _hoist_on, _hoist, kinds=INFERENCE),  # Note [Hoisted parameter work]
+    GraphPass("hoisting", always, _hoist, kinds=INFERENCE),  # Note [Hoisted parameter work]
     # Note [Reductions in memory order]; after the layout plan, on final strides
     GraphPass(
         "memory_order_reductions",

@@ -13,7 +13,11 @@ import mybackend
 import mybackend.aot
 from mybackend.aot import static_input_indices
 from mybackend.decompositions import decomposition_table
-from mybackend.passes.hoist import HoistedValues, hoist_parameter_work
+from mybackend.passes.hoist import (
+    HoistedValues,
+    hoist_parameter_work,
+    with_hoisted_inputs_ignored,
+)
 from tests.testing import compiled_records, use_cuda_decompositions
 from tests.unit.test_passes_layout import ConvBlock
 
@@ -242,3 +246,79 @@ def test_no_hoisting_while_fsdp2_shards_modules(
         )
     stages = [s[0] for g in report.to_dict()["graphs"] for s in g["stage_times"]]
     assert "hoisting" not in stages
+
+
+# Note [Constants are always hoisted]
+
+
+class RolledWindows(torch.nn.Module):
+    """Swin's shifted windows: a roll, whose decomposition builds its index
+    tensors from aranges that read no input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.roll(x, shifts=(-1, -1), dims=(1, 2)) * 2.0
+
+
+def _main_and_prepare(module: torch.nn.Module, x: torch.Tensor) -> tuple[Any, Any]:
+    gm, example_inputs, _ = _inference_graph(module, x)
+    plan = hoist_parameter_work(gm, example_inputs, [])
+    assert plan is not None
+    return plan, gm
+
+
+def test_a_rolls_index_tensors_move_to_prepare_without_the_option() -> None:
+    plan, gm = _main_and_prepare(RolledWindows(), torch.randn(2, 5, 6, 3))
+    assert plan.prepare_inputs == []  # reads no input: nothing to watch
+    index_makers = {aten.arange.default, aten.arange.start, aten.arange.start_step}
+    assert _targets(gm) & index_makers, "the roll decomposes into aranges"
+    assert not _targets(plan.main) & index_makers
+    # The floor's reference takes the main graph's inputs and ignores the hoisted ones.
+    x = torch.randn(2, 5, 6, 3)
+    hoisted = HoistedValues.from_plan(plan).values([x])
+    want = RolledWindows()(x)
+    torch.testing.assert_close(plan.main(x, *hoisted)[0], want)
+    torch.testing.assert_close(with_hoisted_inputs_ignored(gm, plan)(x, *hoisted)[0], want)
+
+
+class ReturnsItsConstant(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x + torch.arange(4.0).exp(), torch.arange(1.0, 5.0).view(2, 2)
+
+
+def test_a_returned_constant_is_made_on_every_call() -> None:
+    """The caller owns an output: a hoisted value returned would be shared
+    by every call, and a write to it would change the next call's result."""
+    plan, _ = _main_and_prepare(ReturnsItsConstant(), torch.randn(3, 4))
+    assert aten.exp.default in _targets(plan.prepare)
+    assert {aten.arange.start, aten.arange.start_step} & _targets(plan.main)
+    torch._dynamo.reset()
+    compiled = torch.compile(ReturnsItsConstant(), backend="mybackend", options={"strict": True})
+    with torch.no_grad():
+        x = torch.randn(3, 4)
+        _, first = compiled(x)
+        first.add_(100.0)
+        out, second = compiled(x)
+    torch.testing.assert_close(second, torch.arange(1.0, 5.0).view(2, 2))
+    torch.testing.assert_close(out, x + torch.arange(4.0).exp())
+
+
+def test_a_large_constant_stays_in_the_main_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mybackend.passes.hoist as hoist
+
+    monkeypatch.setattr(hoist, "MAX_CONSTANT_BYTES", 8)  # fewer than 4 float32 values
+    gm, example_inputs, _ = _inference_graph(ReturnsItsConstant(), torch.randn(3, 4))
+    assert hoist_parameter_work(gm, example_inputs, []) is None
+
+
+def test_constants_are_hoisted_by_default_through_the_backend(cuda_decompositions: None) -> None:
+    torch._dynamo.reset()
+    module = RolledWindows()
+    x = torch.randn(2, 5, 6, 3)
+    with torch.no_grad():
+        report = mybackend.explain(module, x)
+        compiled = torch.compile(module, backend="mybackend", options={"strict": True})
+        for _ in range(2):
+            x = torch.randn(2, 5, 6, 3)
+            torch.testing.assert_close(compiled(x), module(x))
+    stages = [s[0] for g in report.to_dict()["graphs"] for s in g["stage_times"]]
+    assert "hoisting" in stages
