@@ -117,7 +117,7 @@ class HoistPlan:
 MAX_CONSTANT_BYTES = 16 * 1024 * 1024
 
 
-def _returned(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+def returned_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """The nodes the graph returns, and those they are views of."""
     found: set[torch.fx.Node] = set()
     stack = [a for n in gm.graph.find_nodes(op="output") for a in _node_args(n)]
@@ -146,7 +146,7 @@ def hoist_parameter_work(
     always hoisted])."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     static = {placeholders[i] for i in static_inputs if i < len(placeholders)}
-    returned = _returned(gm)
+    returned = returned_nodes(gm)
     derived: set[torch.fx.Node] = set()  # hoistable, reading only static inputs
     input_free: set[torch.fx.Node] = set()  # hoistable, reading no input at all
     computes: dict[torch.fx.Node, bool] = {}

@@ -15,6 +15,7 @@ Each entry's name is its stage name in explain()'s compile times.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from mybackend._logging import warn_once
@@ -24,6 +25,7 @@ from mybackend.ops.cross_entropy import rewrite_cross_entropy
 from mybackend.options import Options
 from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.passes.driver import GraphPass, PassContext, always
+from mybackend.passes.empty_pads import drop_empty_pads
 from mybackend.passes.hoist import hoist_parameter_work
 from mybackend.passes.layout import plan_channels_last
 from mybackend.passes.matmul_padding import pad_matmuls
@@ -80,6 +82,10 @@ def _hoist(ctx: PassContext) -> int:
     return len(plan.hoisted_inputs)
 
 
+def _empty_pads(ctx: PassContext) -> int:
+    return drop_empty_pads(ctx.gm, recompile=False)
+
+
 def _batch_norm_gradients(ctx: PassContext) -> int:
     return copy_batch_norm_gradients(ctx.gm, recompile=False)
 
@@ -134,6 +140,8 @@ ON_JOINT: tuple[GraphPass, ...] = (
 
 PER_GRAPH: tuple[GraphPass, ...] = (
     GraphPass("input_mutations", always, _input_mutations),  # Note [Batched input mutations]
+    # Note [Pads that add nothing]
+    GraphPass("empty_pads", always, _empty_pads, targets=(torch.ops.aten.constant_pad_nd.default,)),
     GraphPass("padding", _pad_matmuls_on, _pad_matmuls),
     # A training graph's layout was planned on its joint graph.
     GraphPass("layout", _channels_last_on, _channels_last, kinds=INFERENCE),

@@ -141,7 +141,8 @@ def test_the_pass_lists() -> None:
     assert names == [
         ["attention_masks", "cross_entropy"],
         ["layout", "padding"],
-        ["input_mutations", "padding", "layout", "hoisting", "memory_order_reductions",
+        ["input_mutations", "empty_pads", "padding", "layout", "hoisting",
+         "memory_order_reductions",
          "batch_norm_gradients", "casts_after_views", "widening_casts", "scatter_adds",
          "permuted_cats"],
     ]  # fmt: skip
