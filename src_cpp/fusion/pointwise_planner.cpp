@@ -24,6 +24,14 @@ std::string device_problem(const TensorType& t, const Device& device, const std:
   return {};
 }
 
+bool static_layout(const TensorType& t) {
+  for (const Dim& d : t.sizes)
+    if (!d.is_static()) return false;
+  for (const Dim& d : t.strides)
+    if (!d.is_static()) return false;
+  return t.strides.size() == t.sizes.size();
+}
+
 void merge_into(std::vector<int>& into, const std::vector<int>& from) {
   std::vector<int> out;
   std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(out));
@@ -100,6 +108,28 @@ void merge_cast_units(const Graph& graph, const std::vector<std::vector<NodeId>>
 }
 
 }  // namespace
+
+bool reorders_memory(const Graph& graph, const std::vector<NodeId>& nodes) {
+  if (nodes.size() != 1) return false;
+  const Node& node = graph.node(nodes[0]);
+  const TensorType& out = graph.value(node.outputs[0]).tensor;
+  const int rank = static_cast<int>(out.rank());
+  if (rank < 2 || !static_layout(out)) return false;
+  std::vector<int> order = memory_order(out);
+  if (order.empty()) {
+    if (!out.is_contiguous()) return false;
+    for (int d = 0; d < rank; ++d) order.push_back(d);
+  }
+  const std::size_t inner = static_cast<std::size_t>(order.back());
+  for (ValueId v : node.input_values()) {
+    const TensorType& in = graph.value(v).tensor;
+    if (shape_key(in) != shape_key(out) || !static_layout(in) || dense_in_order(in, order))
+      continue;
+    // The walk's innermost dim is contiguous in the input: vector loads.
+    if (in.strides[inner].static_value() == 1 && out.sizes[inner].static_value() > 1) return true;
+  }
+  return false;
+}
 
 bool likely_contiguous(const TensorType& type) {
   if (type.is_contiguous()) return true;
@@ -564,7 +594,8 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     const bool only_casts = std::all_of(nodes.begin(), nodes.end(), [&](NodeId n) {
       return ir_match::is_dtype_cast(graph_, graph_.node(n));
     });
-    if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes || only_casts) {
+    if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes || only_casts ||
+        reorders_memory(graph_, nodes)) {
       built = build_group(nodes, &why);
     }
     if (!built) {

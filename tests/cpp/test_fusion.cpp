@@ -296,6 +296,35 @@ TEST(FusionPlan, BroadcastProducersJoinTheirReader) {
   }
 }
 
+// Note [Lone reordering copies]: a lone clone of a window-partition view
+// (the innermost dim contiguous on both sides) is generated; a lone clone
+// of a contiguous tensor, or of a transpose (the innermost dim strided in
+// the input), stays ATen's.
+TEST(FusionPlan, LoneReorderingCopiesAreGenerated) {
+  const TensorType dense = tensor(DType::BFloat16, {2, 3, 4, 8});
+  TensorType windows = dense;  // [2, 3, 4, 8] read from a [2, 4, 3, 8] tensor
+  windows.strides = {Dim(96), Dim(8), Dim(24), Dim(1)};
+  TensorType transposed = dense;  // the last two dims swapped in memory
+  transposed.strides = {Dim(96), Dim(32), Dim(1), Dim(4)};
+  for (const auto& [input, generated] :
+       std::vector<std::pair<TensorType, bool>>{{windows, true}, {dense, false},
+                                                {transposed, false}}) {
+    GraphBuilder b;
+    ValueId x = b.add_input(out(input, "x"));
+    ValueId y = node1(b, "aten::clone.default", {v(x)}, dense, "clone");
+    b.set_outputs({v(y)});
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    ASSERT_EQ(pointwise.size(), generated ? 1u : 0u) << p.plan.to_string();
+    if (generated) {
+      EXPECT_NE(pointwise[0]->spec.find("in0 bf16 strided"), std::string::npos)
+          << pointwise[0]->spec;
+      EXPECT_NE(pointwise[0]->spec.find("out0 bf16 aligned"), std::string::npos)
+          << pointwise[0]->spec;
+    }
+  }
+}
+
 TEST(TypePromotion, MatchesTorch) {
   EXPECT_EQ(promote_types(DType::Float16, DType::BFloat16), DType::Float32);
   EXPECT_EQ(promote_types(DType::UInt8, DType::Int8), DType::Int16);

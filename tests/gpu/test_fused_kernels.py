@@ -269,3 +269,28 @@ def test_a_broadcast_gate_computed_inside_its_readers_kernel(
     b = torch.randn(40, 1, 1, device="cuda", dtype=dtype)
     compiled = _check(_gate, x, s, b, tol=TOL[dtype], reference=_gate_in_opmath)
     assert [k["kind"] for k in compiled.report()["kernels"]] == ["pointwise"]
+
+
+def _window_partition(x: torch.Tensor) -> torch.Tensor:
+    b, h, w, c = x.shape
+    return x.view(b, h // 7, 7, w // 7, 7, c).permute(0, 1, 3, 2, 4, 5).contiguous()
+
+
+def _head_split_transposed(x: torch.Tensor) -> torch.Tensor:
+    return x.view(4, 49, 3, 32).permute(0, 2, 3, 1).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_window_partition_copy_is_one_generated_kernel(dtype: torch.dtype) -> None:
+    """Note [Lone reordering copies]: Swin's window partition, C innermost on
+    both sides, is a generated copy moving vectors; a copy that transposes
+    the innermost dim stays ATen's."""
+    x = torch.randn(2, 14, 21, 96, device="cuda", dtype=dtype)
+    compiled = _check(_window_partition, x, tol={"rtol": 0, "atol": 0})
+    assert [k["kind"] for k in compiled.report()["kernels"]] == ["pointwise"]
+    odd = torch.randn(2, 14, 14, 20, device="cuda", dtype=dtype)  # rows of 20: partial vectors
+    _check(_window_partition, odd, tol={"rtol": 0, "atol": 0})
+    y = torch.randn(4, 49, 96, device="cuda", dtype=dtype)
+    compiled = _compile(_head_split_transposed, y)
+    assert "pointwise" not in [k["kind"] for k in compiled.report()["kernels"]]
+    torch.testing.assert_close(compiled.run([y])[0], _head_split_transposed(y), rtol=0, atol=0)
