@@ -287,7 +287,9 @@ def test_a_window_partition_copy_is_one_generated_kernel(dtype: torch.dtype) -> 
     the innermost dim stays ATen's."""
     x = torch.randn(2, 14, 21, 96, device="cuda", dtype=dtype)
     compiled = _check(_window_partition, x, tol={"rtol": 0, "atol": 0})
-    assert [k["kind"] for k in compiled.report()["kernels"]] == ["pointwise"]
+    # The views run as ATen (they move nothing); the copy is the one kernel.
+    kinds = [k["kind"] for k in compiled.report()["kernels"]]
+    assert sorted(set(kinds)) == ["aten_sequence", "pointwise"] and kinds.count("pointwise") == 1
     odd = torch.randn(2, 14, 14, 20, device="cuda", dtype=dtype)  # rows of 20: partial vectors
     _check(_window_partition, odd, tol={"rtol": 0, "atol": 0})
     y = torch.randn(4, 49, 96, device="cuda", dtype=dtype)
