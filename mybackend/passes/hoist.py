@@ -58,11 +58,26 @@ limits. A constant the graph returns, or a view of one, stays in the main
 graph: the caller owns an output and may write to it, and a hoisted value
 is shared by every call. A constant over ``MAX_CONSTANT_BYTES`` stays too:
 a hoisted value lives as long as the compiled graph, where eager frees it
-after the call.
+after the call. A tensor constant of the graph (``get_attr``: a lifted
+``torch.tensor(...)``) is a constant too.
+
+Note [Host scalars hoisted to the device]
+``x / torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float))`` (DeBERTa's
+attention scale, in every layer) makes a 0-dim tensor on the host, which
+elementwise ops on the GPU read as a scalar. One host tensor in a graph
+keeps the whole graph out of CUDA graphs (capture_blocker in
+src_cpp/runtime/cuda_graph_runner.cpp): DeBERTa-v3 under
+``reduce-overhead`` ran no faster than without it. A hoisted 0-dim host
+constant whose every reader left in the main graph is an elementwise op
+with its result on one CUDA device moves there in ``prepare``
+(``_to_copy``): an elementwise op computes the same with a 0-dim operand on
+the host or on its device (both take part in type promotion as 0-dim
+tensors), and the main graph then holds no host tensor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
@@ -70,10 +85,13 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._guards import detect_fake_mode
 from torch.fx.node import map_arg
 
 from mybackend import _C
 from mybackend.lowering.graph_modules import new_graph_module
+
+aten = torch.ops.aten
 
 
 def _node_args(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -137,6 +155,35 @@ def _nbytes(node: torch.fx.Node) -> int:
     return int(value.untyped_storage().nbytes()) if value.numel() else 0
 
 
+def _scalar_device(node: torch.fx.Node, derived: set[torch.fx.Node]) -> torch.device | None:
+    """The CUDA device a 0-dim host constant can move to: that of every
+    reader left in the main graph, each an elementwise op with its result
+    there (Note [Host scalars hoisted to the device])."""
+    value = node.meta["val"]
+    if value.device.type != "cpu" or value.dim() != 0:
+        return None
+    devices = set()
+    for user in node.users:
+        if user in derived:
+            continue
+        target = user.target
+        result = user.meta.get("val")
+        if not isinstance(target, torch._ops.OpOverload) or torch.Tag.pointwise not in target.tags:
+            return None
+        if not isinstance(result, torch.Tensor) or result.device.type != "cuda":
+            return None
+        devices.add(result.device)
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _on_device(value: torch.Tensor, device: torch.device | None) -> torch.Tensor:
+    if device is None:
+        return value
+    fake_mode = detect_fake_mode([value])
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        return value.to(device)
+
+
 def hoist_parameter_work(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static_inputs: Sequence[int]
 ) -> HoistPlan | None:
@@ -152,7 +199,15 @@ def hoist_parameter_work(
     computes: dict[torch.fx.Node, bool] = {}
     for node in gm.graph.nodes:
         args = _node_args(node)
-        if node in returned or not _hoistable_op(node):
+        if node in returned:
+            continue
+        if node.op == "get_attr" and isinstance(node.meta.get("val"), torch.Tensor):
+            # A tensor constant of the graph (a lifted torch.tensor(...)).
+            input_free.add(node)
+            derived.add(node)
+            computes[node] = False
+            continue
+        if not _hoistable_op(node):
             continue
         if all(a in input_free for a in args):
             input_free.add(node)
@@ -190,7 +245,16 @@ def hoist_parameter_work(
     for node in gm.graph.nodes:
         if node in needed:
             env[node] = prepare.node_copy(node, lambda n: env[n])
-    prepare.output([env[n] for n in frontier])
+    moved = {n: d for n in frontier if n in input_free and (d := _scalar_device(n, derived))}
+    outputs = []
+    values = []
+    for node in frontier:
+        value = env[node]
+        if node in moved:  # Note [Host scalars hoisted to the device]
+            value = prepare.call_function(aten._to_copy.default, (value,), {"device": moved[node]})
+        outputs.append(value)
+        values.append(_on_device(node.meta["val"], moved.get(node)))
+    prepare.output(outputs)
 
     main = torch.fx.Graph()
     env = {}
@@ -198,12 +262,12 @@ def hoist_parameter_work(
         env[node] = main.node_copy(node)
     for k, node in enumerate(frontier):
         env[node] = main.placeholder(f"hoisted_{k}")
-        env[node].meta = dict(node.meta)
+        env[node].meta = {**node.meta, "val": values[k]}
+    # Dead code elimination drops what only prepare reads.
     for node in gm.graph.nodes:
-        if node.op != "placeholder" and node not in env and node not in needed:
+        if node.op != "placeholder" and node not in env:
             env[node] = main.node_copy(node, lambda n: env[n])
     main.eliminate_dead_code()
-    values = [n.meta["val"] for n in frontier]
     return HoistPlan(
         main=new_graph_module(gm, main),
         prepare=new_graph_module(gm, prepare),

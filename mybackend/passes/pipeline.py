@@ -33,6 +33,7 @@ from mybackend.passes.memory_order_reductions import REDUCTIONS, reduce_in_memor
 from mybackend.passes.mutations import batch_input_mutations
 from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
+from mybackend.passes.transposed_operands import copy_transposed_operands
 from mybackend.passes.widening_casts import cast_after_views, split_widening_casts
 
 INFERENCE = frozenset({"inference"})
@@ -110,6 +111,10 @@ def _permuted_cats(ctx: PassContext) -> int:
     return write_permuted_cats(ctx.gm, recompile=False)
 
 
+def _transposed_operands(ctx: PassContext) -> int:
+    return copy_transposed_operands(ctx.gm, recompile=False)
+
+
 def _fused_cross_entropy(options: Options) -> bool:
     return options.fused_cross_entropy
 
@@ -160,6 +165,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
     GraphPass("widening_casts", _generated_kernels, _widening_casts),
     GraphPass("scatter_adds", always, _scatter_adds),  # Note [Scatters into their addend]
     GraphPass("permuted_cats", always, _permuted_cats),  # Note [Permuted concatenations]
+    # Note [Transposed operands copied untransposed]
+    GraphPass(
+        "transposed_operands",
+        _generated_kernels,
+        _transposed_operands,
+        targets=(torch.ops.aten.clone.default,),
+    ),
 )
 
 LISTS = (BEFORE_AOT, ON_JOINT, PER_GRAPH)  # in the order a graph meets them

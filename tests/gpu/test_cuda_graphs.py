@@ -93,6 +93,28 @@ def test_host_synchronising_graph_runs_uncaptured_and_says_why() -> None:
         torch._dynamo.config.capture_scalar_outputs = False
 
 
+def test_a_host_scalar_constant_does_not_keep_the_graph_uncaptured() -> None:
+    """Note [Host scalars hoisted to the device]: DeBERTa's scale, a 0-dim
+    host tensor read by GPU elementwise ops, moves to the GPU once, and the
+    graph is captured and replayed."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x / torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float) * 2), -1)
+
+    compiled = torch.compile(fn, backend="mybackend", options=RUNTIME_ONLY)
+    x = torch.randn(4, 64, device="cuda")
+    records = []
+    with torch.no_grad():
+        for _ in range(4):
+            out, new = compiled_records(lambda: compiled(x))
+            records += new
+            torch.testing.assert_close(out, fn(x))
+    statuses = [r.core_report["cuda_graphs"] for r in records if r.core_report]
+    assert all(s.startswith("on") for s in statuses), statuses
+    stats = _stats(records)
+    assert stats["cuda_graph_captures"] == 1 and stats["cuda_graph_replays"] >= 2, stats
+
+
 def test_training_forward_and_backward_are_replayed() -> None:
     model = MLP().cuda()
     reference = MLP().cuda()

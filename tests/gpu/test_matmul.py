@@ -422,3 +422,31 @@ def test_max_autotune_times_the_candidates(mode: str) -> None:
     # before each launch); Hopper's kernels for these bf16 products have such.
     configs = [config for choice in choices for config, _ in choice["candidates"]]
     assert any(config.endswith(" workspace 0") for config in configs), configs
+
+
+def _window_scores(qkv: torch.Tensor) -> torch.Tensor:
+    b, n, _ = qkv.shape
+    q, k, _v = qkv.reshape(b, n, 3, 4, 32).permute(2, 0, 3, 1, 4).unbind(0)
+    return (q * 0.125) @ k.transpose(-2, -1)
+
+
+def test_a_transposed_key_is_copied_untransposed_and_read_transposed() -> None:
+    """Note [Transposed operands copied untransposed]: k is copied with its
+    head dim innermost (a generated copy) and the batched product reads
+    its transpose in place; no ATen copy is left."""
+    compiled = torch.compile(_window_scores, backend="mybackend", options={"strict": True})
+    qkv = _randn(64, 49, 3 * 4 * 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(qkv))
+        torch.testing.assert_close(got, _window_scores(qkv), rtol=2e-2, atol=2e-2)
+    stats = records[0].compiled.stats()
+    assert stats["matmul_groups_run"] == 1 and stats["matmul_fallbacks"] == 0, stats
+    report = records[0].core_report
+    aten_ops = [
+        report["nodes"][n]["op"]
+        for k in report["kernels"]
+        if k["kind"] == "aten_sequence"
+        for n in k["nodes"]
+    ]
+    assert "aten::clone.default" not in aten_ops, report["kernels"]
+    assert stats["generated_pointwise_run"] >= 1, stats

@@ -322,3 +322,46 @@ def test_constants_are_hoisted_by_default_through_the_backend(cuda_decomposition
             torch.testing.assert_close(compiled(x), module(x))
     stages = [s[0] for g in report.to_dict()["graphs"] for s in g["stage_times"]]
     assert "hoisting" in stages
+
+
+def _scaled(x: torch.Tensor) -> torch.Tensor:
+    """DeBERTa's attention scale: a 0-dim host tensor read by GPU elementwise ops."""
+    return x / torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float32) * 2)
+
+
+def test_a_host_scalar_constant_moves_to_its_readers_device() -> None:
+    """Note [Host scalars hoisted to the device]: the main graph then holds
+    no host tensor, which would keep it out of CUDA graphs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(2, 8, device="cuda")
+        gm = make_fx(_scaled, tracing_mode="fake")(x)
+    values = [n.meta["val"] for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    assert any(v.device.type == "cpu" for v in values), "the traced graph holds a host tensor"
+    plan = hoist_parameter_work(gm, [x], [])
+    assert plan is not None and plan.prepare_inputs == []
+    main_values = [
+        n.meta["val"] for n in plan.main.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)
+    ]
+    assert all(v.device.type == "cuda" for v in main_values), main_values
+    assert plan.example_inputs[-1].device.type == "cuda"
+    assert aten._to_copy.default in _targets(plan.prepare)
+
+
+def test_a_host_scalar_read_on_the_host_stays_there() -> None:
+    """On the CPU the readers are on the host: nothing moves, and the
+    prepared constant computes eager's result."""
+    gm, example_inputs, _ = _inference_graph(_Scaled(), torch.randn(2, 8))
+    plan = hoist_parameter_work(gm, example_inputs, [])
+    assert plan is not None
+    assert aten._to_copy.default not in _targets(plan.prepare)
+    x = torch.randn(2, 8)
+    hoisted = HoistedValues.from_plan(plan).values([x])
+    torch.testing.assert_close(plan.main(x, *hoisted)[0], _scaled(x))
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _scaled(x)
