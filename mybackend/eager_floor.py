@@ -46,8 +46,8 @@ from typing import Any
 
 import torch
 
-from mybackend import _C
 from mybackend._logging import get_logger, warn_once
+from mybackend.options import extension_build
 
 log = get_logger("runtime")
 
@@ -387,16 +387,10 @@ def floor_cache_path(
     key = hashlib.sha256()
     # The shapes as a list, as the key was first written: earlier choices stay found.
     for part in (graph_text, repr(list(inputs.shapes)), gpu, torch.__version__,
-                 _extension_build(), options_key):  # fmt: skip
+                 extension_build(), options_key):  # fmt: skip
         key.update(part.encode())
         key.update(b"\0")
     return os.path.join(cache_root, "eager-floor", key.hexdigest()[:32] + ".json")
-
-
-def _extension_build() -> str:
-    """Which build of the extension measured: a rebuilt core may choose otherwise."""
-    info = os.stat(_C.__file__)
-    return f"{info.st_size}:{info.st_mtime_ns}"
 
 
 def runs_on_cuda(example_inputs: Sequence[Any]) -> bool:

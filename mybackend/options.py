@@ -16,6 +16,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
+
 # mybackend/__init__.py imports _C before anything that imports this module,
 # so this import never closes a circle (python3 -c "import mybackend.options").
 from mybackend import _C
@@ -186,7 +188,8 @@ class Options:
         "(alternating, about 16 calls) and run the faster from then on, so that a compiled "
         "graph is never slower than eager; the choice is kept in the kernel cache folder "
         "for later processes; and time each cuDNN convolution group against its ATen form "
-        "on its first call, running the faster (docs/design/0010-eager-floor.md).",
+        "on its first call, running the faster, that choice kept there too "
+        "(docs/design/0010-eager-floor.md).",
     )
     warm_start: bool = _field(
         False,
@@ -318,6 +321,8 @@ class Options:
             "launch_tuning": dict(self.launch_tuning),
             # Note [A group is timed against its ATen form] (runtime/group_floor.h)
             "group_floor": self.eager_floor,
+            # Note [Group floor choices on disk]: a rebuilt core may choose otherwise
+            "group_floor_context": f"torch {torch.__version__}; extension {extension_build()}",
         }
 
 
@@ -486,3 +491,11 @@ _ITEM_CHECKS: dict[str, Callable[[Any], None]] = {
     "disabled_op_classes": _check_op_class,
     "launch_tuning": _check_launch_knob,
 }
+
+
+def extension_build() -> str:
+    """Which build of the extension runs: its saved timing choices (the eager
+    floor's, the group floor's) belong to it, since a rebuilt core may choose
+    otherwise."""
+    info = os.stat(_C.__file__)
+    return f"{info.st_size}:{info.st_mtime_ns}"

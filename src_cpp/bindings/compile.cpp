@@ -33,7 +33,8 @@ CompileOptions compile_options_from(const py::dict& options) {
                                       "min_fused_nodes",    "kernel_cache_dir",
                                       "cublaslt",           "autotune",
                                       "cudnn_attention",    "cudnn",
-                                      "launch_tuning",      "group_floor"};
+                                      "launch_tuning",      "group_floor",
+                                      "group_floor_context"};
   for (auto item : options) {
     auto key = item.first.cast<std::string>();
     bool known = false;
@@ -86,6 +87,8 @@ CompileOptions compile_options_from(const py::dict& options) {
     out.cuda_graphs.max_graphs = options["max_cuda_graphs"].cast<int>();
   }
   if (options.contains("group_floor")) out.group_floor = options["group_floor"].cast<bool>();
+  if (options.contains("group_floor_context"))
+    out.group_floor_context = options["group_floor_context"].cast<std::string>();
   return out;
 }
 

@@ -38,9 +38,21 @@ void run_codegen(CompileState& state) {
 }
 
 void run_runtime(CompileState& state) {
-  state.executor = std::make_unique<Executor>(state.graph, state.report.partitions,
-                                              state.report.fusion, state.python_fallback,
-                                              std::move(state.compiles), state.options.group_floor);
+  GroupFloorSettings floor;
+  floor.enabled = state.options.group_floor;
+  floor.context = state.options.group_floor_context;
+  if (floor.enabled) {
+    const KernelCacheLocation& cache = state.options.codegen.cache;
+    std::optional<std::string> root;
+    if (cache.kind != KernelCacheLocation::Kind::Off)
+      root = kernel_cache_root(cache.kind == KernelCacheLocation::Kind::Directory
+                                   ? std::optional<std::string>(cache.directory)
+                                   : std::nullopt);
+    floor.cache_root = root.value_or("");
+  }
+  state.executor =
+      std::make_unique<Executor>(state.graph, state.report.partitions, state.report.fusion,
+                                 state.python_fallback, std::move(state.compiles), floor);
 }
 
 }  // namespace

@@ -29,8 +29,10 @@ struct CompileOptions : PlanningOptions {
   // which target (the codegen stage's own options).
   CodegenOptions codegen;
   // Library groups timed against their ATen form (Note [A group is timed
-  // against its ATen form] in runtime/group_floor.h; option eager_floor).
+  // against its ATen form] in runtime/group_floor.h; option eager_floor),
+  // and what keys their saved choices (Note [Group floor choices on disk]).
   bool group_floor = false;
+  std::string group_floor_context;
 };
 
 // Everything a compile decides, kept for reports: the plan (decisions,

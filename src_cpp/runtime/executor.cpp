@@ -72,18 +72,48 @@ void add_node_to_point(const Graph& graph, const Node& node, PlanPoint& point) {
 // own ranges). Without an active profiler a range costs one thread-local
 // check.
 
+// A group's plan as text: its spec and the type of every value its nodes
+// read and write (Note [Group floor choices on disk]).
+std::string group_plan_text(const Graph& graph, const KernelGroup& group) {
+  std::string text = group.spec;
+  auto type_text = [&](ValueId v) {
+    const Value& value = graph.value(v);
+    if (value.kind != ValueKind::Tensor) return std::string(" ") + value.name;
+    std::string t =
+        " " + std::string(dtype_name(value.tensor.dtype)) + "@" + value.tensor.device.str() + "[";
+    for (const Dim& d : value.tensor.sizes) t += d.str() + ",";
+    t += "/";
+    for (const Dim& d : value.tensor.strides) t += d.str() + ",";
+    return t + "]";
+  };
+  for (NodeId n : group.nodes) {
+    const Node& node = graph.node(n);
+    text += "\n" + node.op + ":";
+    for (ValueId v : node.input_values()) text += type_text(v);
+    text += " ->";
+    for (ValueId v : node.outputs) text += type_text(v);
+  }
+  return text;
+}
+
 }  // namespace
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
                    const FusionPlan& fusion, PythonFallback python_fallback,
-                   CompileFutures compiles, bool group_floor)
+                   CompileFutures compiles, const GroupFloorSettings& floor)
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
   prepare_engine_groups(fusion, compiles);
   for (EngineGroup& g : engine_groups_) {
-    if (group_floor && g.runner && g.runner->timed_against_aten())
-      g.floor = std::make_unique<GroupFloor>();
+    if (!floor.enabled || !g.runner || !g.runner->timed_against_aten()) continue;
+    // Note [Group floor choices on disk]
+    const KernelGroup& group = fusion.partitions[static_cast<std::size_t>(g.status.partition)]
+                                   .groups[static_cast<std::size_t>(g.status.group)];
+    const std::string key =
+        floor.context + "\n" + group_floor_context() + "\n" + group_plan_text(*graph_, group);
+    g.floor = std::make_unique<GroupFloor>(
+        key, floor.cache_root.empty() ? std::string() : group_floor_file(floor.cache_root, key));
   }
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {

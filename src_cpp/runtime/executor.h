@@ -78,11 +78,12 @@ class Executor {
  public:
   // `compiles`: the codegen stage's runners of the plan's generated groups
   // (a group without one runs as ATen calls).
-  // `group_floor`: groups that allow it are timed against their ATen form
-  // (Note [A group is timed against its ATen form] in group_floor.h).
+  // `floor`: groups that allow it are timed against their ATen form, their
+  // choices kept on disk (Note [A group is timed against its ATen form],
+  // Note [Group floor choices on disk] in group_floor.h).
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
            const FusionPlan& fusion, PythonFallback python_fallback, CompileFutures compiles = {},
-           bool group_floor = false);
+           const GroupFloorSettings& floor = {});
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 

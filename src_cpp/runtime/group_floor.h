@@ -22,6 +22,19 @@
 //   timing off.
 // - The choice lives with the compiled graph (one per graph and shape);
 //   reports show each group's times and choice.
+//
+// Note [Group floor choices on disk]
+// Timing a group costs a few of its runs on the first call, and a process
+// that compiles the same graph again would measure again and could decide
+// otherwise on noise. So each group's choices are also kept in a file of
+// the kernel cache folder (group_floor/<hash>.txt, the cache entry format of
+// codegen/cache_file.h), keyed by the group's key: its plan (the spec and
+// every value type it reads and writes), the GPU, the CUDA, cuDNN and torch
+// versions and mybackend's. A later GroupFloor with that key starts with
+// the saved choices; a file that does not decode (truncated, another key,
+// another format) is ignored, measured again and rewritten. Without a
+// kernel cache folder (kernel_cache_dir "" or "off", no CUDA) the choices
+// stay in memory.
 #pragma once
 
 #include <functional>
@@ -29,6 +42,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ir/sym_expr.h"
 
@@ -37,6 +51,9 @@ namespace mybackend {
 // One group's timings, per set of symbol values.
 class GroupFloor {
  public:
+  // `file`: where this group's choices persist, with `key` checked on load
+  // (Note [Group floor choices on disk]); empty: in memory only.
+  explicit GroupFloor(std::string key = {}, std::string file = {});
   enum class Choice { Measure, Engine, Aten };
   struct Timing {
     double engine_us = 0;
@@ -51,13 +68,42 @@ class GroupFloor {
   Choice record(const SymbolBindings& bindings, double engine_us, double aten_us);
   // Stops measuring these bindings (the engine declined, or nothing could be timed).
   void keep_engine(const SymbolBindings& bindings);
-  // "timed against ATen: engine 1201.5 us, ATen 97.3 us: ATen runs" per shape; "" untimed.
+  // "timed against ATen: engine 1201.5 us, ATen 97.3 us: ATen runs" per shape
+  // (", saved" when a file gave it); "" untimed.
   std::string summary() const;
+  // Why the file was not used ("" when it was, or there is none).
+  std::string load_problem() const;
+
+  // The text of the saved choices, and back (Note [Group floor choices on disk]).
+  struct Saved {
+    SymbolBindings bindings;
+    Timing timing;
+  };
+  static std::string encode(const std::vector<Saved>& choices);
+  static std::optional<std::vector<Saved>> decode(const std::string& text);
 
  private:
+  void save_locked() const;
+
+  std::string key_, file_, load_problem_;
   mutable std::mutex mutex_;
   std::map<SymbolBindings, std::optional<Timing>> timings_;
+  std::map<SymbolBindings, bool> saved_;  // bindings whose choice came from the file
 };
+
+// How an executor sets up its groups' floors.
+struct GroupFloorSettings {
+  bool enabled = false;    // option eager_floor
+  std::string cache_root;  // the kernel cache folder; empty: choices stay in memory
+  std::string context;     // the torch and extension builds (from Python), in every key
+};
+
+// The file under the kernel cache `root` that keeps the choices of the
+// group with this key.
+std::string group_floor_file(const std::string& root, const std::string& key);
+// What, beside a group's plan, its saved choice depends on: the current
+// GPU's name and the CUDA, cuDNN, torch and mybackend versions.
+std::string group_floor_context();
 
 // Whether the current CUDA stream is capturing a graph (nothing is timed then).
 bool current_stream_captures();

@@ -306,9 +306,8 @@ TEST(FusionPlan, LoneReorderingCopiesAreGenerated) {
   windows.strides = {Dim(96), Dim(8), Dim(24), Dim(1)};
   TensorType transposed = dense;  // the last two dims swapped in memory
   transposed.strides = {Dim(96), Dim(32), Dim(1), Dim(4)};
-  for (const auto& [input, generated] :
-       std::vector<std::pair<TensorType, bool>>{{windows, true}, {dense, false},
-                                                {transposed, false}}) {
+  for (const auto& [input, generated] : std::vector<std::pair<TensorType, bool>>{
+           {windows, true}, {dense, false}, {transposed, false}}) {
     GraphBuilder b;
     ValueId x = b.add_input(out(input, "x"));
     ValueId y = node1(b, "aten::clone.default", {v(x)}, dense, "clone");

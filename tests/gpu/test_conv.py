@@ -17,6 +17,7 @@ import contextlib
 import copy
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -377,18 +378,20 @@ def test_a_one_by_one_weight_with_contiguous_strides_is_read_in_place() -> None:
 
 
 @pytest.mark.parametrize("eager_floor", [True, False], ids=["floor", "no_floor"])
-def test_a_conv_group_is_timed_against_its_aten_form(eager_floor: bool) -> None:
+def test_a_conv_group_is_timed_against_its_aten_form(eager_floor: bool, tmp_path: Path) -> None:
     """Note [A group is timed against its ATen form]: ConvNeXt-T's depthwise
     7x7 with its bias, where cuDNN's fused engine took 12x ATen's time on an
     H200. The first call times both forms; the faster one (the library call
     unless ATen wins by the margin) runs every later call; the report says
-    which, with the times; eager_floor=False times nothing."""
+    which, with the times; eager_floor=False times nothing. A later compile
+    with the same kernel cache folder starts with the saved choice (Note
+    [Group floor choices on disk])."""
     torch.manual_seed(0)
     conv = nn.Conv2d(96, 96, 7, padding=3, groups=96).cuda().to(torch.bfloat16)
     conv = conv.to(memory_format=torch.channels_last)
     x = torch.randn(8, 96, 56, 56, device="cuda", dtype=torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
-    options = {"strict": True, "eager_floor": eager_floor}
+    options = {"strict": True, "eager_floor": eager_floor, "kernel_cache_dir": str(tmp_path)}
     compiled = torch.compile(conv, backend="mybackend", options=options)
     with torch.no_grad():
         want = conv(x)
@@ -415,3 +418,14 @@ def test_a_conv_group_is_timed_against_its_aten_form(eager_floor: bool) -> None:
     assert stats["conv_groups_run"] == (1 if aten_runs else 2), stats  # the timed call counts
     assert stats["groups_run_as_faster_aten"] == (1 if aten_runs else 0), stats
     assert stats["conv_fallbacks"] == 0, stats
+    # Another compile of the same group (as a later process would): the
+    # saved choice, no timing.
+    torch._dynamo.reset()
+    again = torch.compile(conv, backend="mybackend", options=options)
+    with torch.no_grad():
+        got, records = compiled_records(lambda: again(x))
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    (kernel,) = [k for k in records[0].compiled.report()["kernels"] if k["kind"] == "conv"]
+    assert kernel["floor"].endswith(f"{timed[3]} runs, saved"), kernel["floor"]
+    stats = records[0].compiled.stats()
+    assert stats["conv_groups_run"] == (0 if aten_runs else 1), stats
