@@ -104,17 +104,7 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
     : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
-  prepare_engine_groups(fusion, compiles);
-  for (EngineGroup& g : engine_groups_) {
-    if (!floor.enabled || !g.runner || !g.runner->timed_against_aten()) continue;
-    // Note [Group floor choices on disk]
-    const KernelGroup& group = fusion.partitions[static_cast<std::size_t>(g.status.partition)]
-                                   .groups[static_cast<std::size_t>(g.status.group)];
-    const std::string key =
-        floor.context + "\n" + group_floor_context() + "\n" + group_plan_text(*graph_, group);
-    g.floor = std::make_unique<GroupFloor>(
-        key, floor.cache_root.empty() ? std::string() : group_floor_file(floor.cache_root, key));
-  }
+  prepare_engine_groups(fusion, compiles, floor);
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
       add_partition_steps(fusion, scheduled.index);
@@ -130,7 +120,8 @@ Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& pa
 // compiled beside the caller]); library groups get their runner from their
 // kind's row of the kernel-kind table (cuBLASLt is asked on the first run).
 // Groups that cannot be prepared keep only their ATen form.
-void Executor::prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles) {
+void Executor::prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles,
+                                     const GroupFloorSettings& floor) {
   for (const PartitionPlan& plan : fusion.partitions) {
     for (std::size_t g = 0; g < plan.groups.size(); ++g) {
       const KernelGroup& group = plan.groups[g];
@@ -154,6 +145,14 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion, CompileFutures& c
         entry.runner = compiles.take(plan.partition, static_cast<int>(g));
       }
       entry.reads = traits.reads(group);
+      if (floor.enabled && entry.runner && entry.runner->timed_against_aten()) {
+        // Note [Group floor choices on disk]
+        const std::string key =
+            floor.context + "\n" + group_floor_context() + "\n" + group_plan_text(*graph_, group);
+        entry.floor = std::make_unique<GroupFloor>(
+            key,
+            floor.cache_root.empty() ? std::string() : group_floor_file(floor.cache_root, key));
+      }
       engine_groups_.push_back(std::move(entry));
     }
   }

@@ -120,7 +120,8 @@ class Executor {
     std::array<std::atomic<std::int64_t>, kKernelKindCount> runs{}, fallbacks{};
   };
 
-  void prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles);
+  void prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles,
+                             const GroupFloorSettings& floor);
   void count_engine_run(const GroupRunner& runner, bool ran) const;
   // Runs an engine group; false when its ATen calls must run instead.
   bool run_engine_group(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
