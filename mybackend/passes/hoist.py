@@ -198,7 +198,6 @@ def hoist_parameter_work(
     input_free: set[torch.fx.Node] = set()  # hoistable, reading no input at all
     computes: dict[torch.fx.Node, bool] = {}
     for node in gm.graph.nodes:
-        args = _node_args(node)
         if node in returned:
             continue
         if node.op == "get_attr" and isinstance(node.meta.get("val"), torch.Tensor):
@@ -207,13 +206,20 @@ def hoist_parameter_work(
             derived.add(node)
             computes[node] = False
             continue
+        if node.op != "call_function":
+            continue
+        args = _node_args(node)
+        free = all(a in input_free for a in args)
+        # The argument test first: most nodes read activations, and the op
+        # test flattens every argument.
+        if not (free or all(a in static or a in derived for a in args)):
+            continue
         if not _hoistable_op(node):
             continue
-        if all(a in input_free for a in args):
+        hoisted = True
+        if free:
             input_free.add(node)
             hoisted = all(a in derived for a in args) and _nbytes(node) <= MAX_CONSTANT_BYTES
-        else:
-            hoisted = all(a in static or a in derived for a in args)
         if hoisted:
             derived.add(node)
             computes[node] = not is_view_op(node.target) or any(
