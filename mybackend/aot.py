@@ -235,8 +235,11 @@ def _compile_now(
             options.cache_root(), ir_text, floor_inputs, repr(core_options)
         )
         floor = EagerFloor(name, cache_file)
-    # Hoisting added inputs: the floor's reference takes and ignores them.
-    reference = gm if hoist is None else with_hoisted_inputs_ignored(gm, hoist)
+    # Hoisting added inputs: the floor's reference takes and ignores them. Only
+    # a floor runs the reference; without one, no copy of the graph is made.
+    reference: torch.fx.GraphModule | None = gm
+    if hoist is not None:
+        reference = with_hoisted_inputs_ignored(gm, hoist) if floor is not None else None
     compiled = CompiledGraphFunction(name, lowered, core, planned, options, floor, reference)
     record = GraphRecord(
         name, kind, ir_text, core.report, stage_times, compiled=compiled, gm=planned
