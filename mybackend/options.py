@@ -89,7 +89,15 @@ class Options:
         "Run 4-D convolutions in channels-last layout, decided once per graph (for training, "
         "once on the joint forward-backward graph): inputs and weights converted before "
         "their first convolution, outputs returned in eager's strides (Note [Channels-last "
-        "planning]).",
+        "planning]). Convolutions whose layout copies would cost more than the layout gains "
+        "keep eager's layout in inference graphs (Note [Layout regions pay for their copies]).",
+        True,
+    )
+    channels_last_everywhere: bool = _field(
+        False,
+        "With channels_last, plan every 4-D convolution, also those whose copies into and "
+        "out of channels-last cost more than they gain (Note [Layout regions pay for their "
+        "copies]). For tests of the plan and for measuring it.",
         True,
     )
     pad_matmuls: bool = _field(

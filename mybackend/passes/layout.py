@@ -53,7 +53,7 @@ convolution weight's gradient is copied back to the weight's layout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -69,6 +69,7 @@ from mybackend.passes.fake_prop import (
     restore_output_strides,
 )
 from mybackend.passes.layout_contracts import honour_layout_contracts
+from mybackend.passes.layout_regions import losing_convolutions
 
 aten = torch.ops.aten
 _CHANNELS_LAST = torch.channels_last
@@ -90,11 +91,13 @@ def _is_channels_last(value: Any) -> bool:
 
 
 def _planned_convolutions(
-    graph: torch.fx.Graph, device_types: Sequence[str]
+    graph: torch.fx.Graph, device_types: Sequence[str], excluded: Collection[str] = ()
 ) -> list[torch.fx.Node]:
     convs = []
     for node in graph.nodes:
         if node.op != "call_function" or node.target is not aten.convolution.default:
+            continue
+        if node.name in excluded:  # Note [Layout regions pay for their copies]
             continue
         x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
         transposed = node.args[6]
@@ -181,16 +184,45 @@ def plan_channels_last(
     device_types: Sequence[str] = ("cuda",),
     *,
     recompile: bool = True,
+    every_region: bool = False,
 ) -> tuple[torch.fx.GraphModule, int]:
     """A copy of ``gm`` with the convolutions on ``device_types`` in
     channels-last, and the number of conversions it inserted; ``gm`` itself
     (and 0) when there is nothing to plan or planning fails (Note
-    [Channels-last planning]). With ``recompile=False`` the copy's generated
-    code is left stale for a caller that recompiles before anything runs it
-    (Note [One recompile per joint graph] in aot.py)."""
-    convs = _planned_convolutions(gm.graph, device_types)
-    if not convs or detect_fake_mode(example_inputs) is None:
+    [Channels-last planning]). Convolutions whose regions cost more copies
+    than they gain keep the traced layout (Note [Layout regions pay for
+    their copies]) unless ``every_region``. With ``recompile=False`` the copy's generated code is
+    left stale for a caller that recompiles before anything runs it (Note
+    [One recompile per joint graph] in aot.py)."""
+    if detect_fake_mode(example_inputs) is None:
         return gm, 0
+    excluded: set[str] = set()
+    while True:
+        plan = _plan_once(gm, example_inputs, device_types, excluded)
+        if plan is None:
+            return gm, 0
+        planned, copies, traced = plan
+        convs = {c.name for c in _planned_convolutions(planned.graph, device_types, excluded)}
+        losing = set() if every_region else losing_convolutions(planned.graph, traced, convs)
+        if not losing:
+            break
+        excluded |= losing
+    if recompile:
+        planned.recompile()
+    return planned, copies
+
+
+def _plan_once(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    device_types: Sequence[str],
+    excluded: Collection[str],
+) -> tuple[torch.fx.GraphModule, int, dict[torch.fx.Node, Any]] | None:
+    """The planned copy of ``gm`` with its convolutions but ``excluded`` in
+    channels-last, its copies, and the traced value of each node it did not
+    insert; None when nothing is planned or planning fails."""
+    if not _planned_convolutions(gm.graph, device_types, excluded):
+        return None
     original = output_values(gm)
 
     graph, traced = copy_graph(gm)
@@ -203,7 +235,7 @@ def plan_channels_last(
     converted: dict[torch.fx.Node, torch.fx.Node] = {}
     try:
         copies = _convert_convolution_operands(
-            graph, _planned_convolutions(graph, device_types), True, converted
+            graph, _planned_convolutions(graph, device_types, excluded), True, converted
         )
         for _ in range(_MAX_ROUNDS):
             view = propagation.until_view_fails(example_inputs)
@@ -215,7 +247,7 @@ def plan_channels_last(
                 copies += 1
                 continue
             more = _convert_convolution_operands(
-                graph, _planned_convolutions(graph, device_types), False, converted
+                graph, _planned_convolutions(graph, device_types, excluded), False, converted
             )
             if more == 0:  # Note [Layout contracts]: last, on settled strides
                 more = honour_layout_contracts(graph, traced)
@@ -223,13 +255,11 @@ def plan_channels_last(
                 break
             copies += more
         else:
-            return gm, 0
+            return None
         copies -= _drop_redundant_copies(graph, converted)
         if copies == 0:
-            return gm, 0
+            return None
         copies += restore_output_strides(planned, original)
-        if recompile:
-            planned.recompile()
     except Exception:  # a layout plan is an optimisation: never a compile failure
-        return gm, 0
-    return planned, copies
+        return None
+    return planned, copies, traced

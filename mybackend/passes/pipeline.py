@@ -48,7 +48,12 @@ def _cross_entropy(ctx: PassContext) -> int:
 
 
 def _channels_last(ctx: PassContext) -> int:
-    ctx.gm, conversions = plan_channels_last(ctx.gm, ctx.inputs(), recompile=False)
+    # Note [Layout regions pay for their copies]: judged in inference graphs;
+    # a joint graph plans every convolution, its backward's with it.
+    every_region = ctx.options.channels_last_everywhere or ctx.kind not in INFERENCE
+    ctx.gm, conversions = plan_channels_last(
+        ctx.gm, ctx.inputs(), recompile=False, every_region=every_region
+    )
     return conversions
 
 

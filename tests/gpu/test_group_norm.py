@@ -208,7 +208,16 @@ def _check_against_eager(
     eager = _build(factory, dtype).train(training)
     model = copy.deepcopy(eager)
     reference = copy.deepcopy(eager).float() if dtype is not torch.float32 else None
-    options = {"strict": True, "cuda_graphs": mode == "reduce-overhead"}
+    # A lone convolution between group norms would not pay for its copies
+    # (Note [Layout regions pay for their copies]): these tests are of the
+    # plan, so it plans every convolution, and of the cuDNN groups, so the
+    # group floor does not hand one back to ATen.
+    options = {
+        "strict": True,
+        "cuda_graphs": mode == "reduce-overhead",
+        "channels_last_everywhere": True,
+        "eager_floor": False,
+    }
     compiled = torch.compile(model, backend="mybackend", options=options)
     records: list[GraphRecord] = []
     for call in range(CALLS):
@@ -248,7 +257,54 @@ def test_issue_36_reproducer() -> None:
     """The report's own lines: the default mode, no options but strict."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 64, 7, 4, 2), nn.GroupNorm(1, 64)).cuda()
-    compiled = torch.compile(copy.deepcopy(model), backend="mybackend", options={"strict": True})
+    options = {"strict": True, "channels_last_everywhere": True}
+    compiled = torch.compile(copy.deepcopy(model), backend="mybackend", options=options)
     x = torch.randn(INPUT_SHAPE, device="cuda")
     with torch.no_grad(), _cudnn_tf32(False):
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def unet_blocks() -> nn.Module:
+    """Two conv -> GroupNorm -> SiLU blocks, a UNet's."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.GroupNorm(8, 32),
+        nn.SiLU(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.GroupNorm(8, 32),
+        nn.SiLU(),
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unet_blocks_keep_the_traced_layout(mode: str, precision: Precision) -> None:
+    """Note [Layout regions pay for their copies] on the GPU, default
+    options: each convolution sits between two NCHW-only group norms, so
+    inference does not plan it channels-last (no layout copy in the graph,
+    every convolution reads and writes NCHW), and the results match eager."""
+    dtype = precision[0]
+    eager = _build(unet_blocks, dtype).eval()
+    reference = copy.deepcopy(eager).float() if dtype is not torch.float32 else None
+    options = {"strict": True, "cuda_graphs": mode == "reduce-overhead"}
+    compiled = torch.compile(copy.deepcopy(eager), backend="mybackend", options=options)
+    for _ in range(CALLS):
+        x = torch.randn(INPUT_SHAPE, device=DEVICE).to(dtype)
+        want = _step(eager, x, None, dtype)
+        got, records = compiled_records(lambda x=x: _step(compiled, x, None, dtype))
+        expected = _step(reference, x, None, torch.float32) if reference is not None else None
+        _compare(got, want, expected, precision)
+        for record in records:
+            assert record.fallback_reason is None, record.fallback_reason
+            graph = record.gm.graph
+            convs = graph.find_nodes(op="call_function", target=aten.convolution.default)
+            assert len(convs) == 2, graph
+            for node in convs:
+                assert node.args[0].meta["val"].is_contiguous(), (record.name, node)
+                assert node.meta["val"].is_contiguous(), (record.name, node)
+            layout_copies = [
+                n
+                for n in graph.nodes
+                if n.target is aten.clone.default
+                and n.kwargs.get("memory_format") is torch.channels_last
+            ]
+            assert not layout_copies, graph

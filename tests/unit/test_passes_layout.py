@@ -281,3 +281,79 @@ def test_recompile_false_leaves_the_final_code_generation_to_the_caller(
     gen = torch.Generator().manual_seed(0)
     real = [torch.rand(e.shape, generator=gen) + 0.5 for e in example_inputs]
     torch.testing.assert_close(planned(*real), gm(*real))
+
+
+class GroupNormBlocks(torch.nn.Module):
+    """A UNet's blocks: conv -> GroupNorm -> SiLU, twice. CUDA's group norm
+    reads NCHW only (Note [Layout contracts]), so every convolution would sit
+    between a copy into channels-last and a copy back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.GroupNorm(2, 8),
+            torch.nn.SiLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+            torch.nn.GroupNorm(2, 8),
+            torch.nn.SiLU(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(x)  # type: ignore[no-any-return]
+
+
+class ChainThenGroupNormBlock(torch.nn.Module):
+    """A ConvBlock chain (the layout flows through its convolutions), then a
+    conv -> GroupNorm block on its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chain = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+            torch.nn.ReLU(),
+        )
+        self.norm = torch.nn.GroupNorm(2, 8)
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.norm2 = torch.nn.GroupNorm(2, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm2(self.conv(torch.nn.functional.silu(self.norm(self.chain(x)))))
+
+
+def _conv_layouts(planned: torch.fx.GraphModule) -> list[bool]:
+    """Per convolution in graph order: does it read channels-last?"""
+    return [
+        conv.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last)
+        for conv in _nodes(planned, aten.convolution.default)
+    ]
+
+
+def test_convolutions_between_nchw_only_ops_keep_the_traced_layout() -> None:
+    """Note [Layout regions pay for their copies]: each convolution's region
+    would copy its input in and its output back, all of its bytes."""
+    module = GroupNormBlocks().eval()
+    x = torch.randn(2, 3, 16, 16)
+    gm, planned, copies, out = _planned(module, x)
+    assert planned is gm and copies == 0
+    with torch.no_grad():
+        torch.testing.assert_close(out, module(x))
+
+
+def test_a_chain_keeps_its_plan_beside_a_convolution_that_loses() -> None:
+    """The chain's region pays (one copy in for three convolutions), the
+    convolution between two group norms does not: the plan is redone without
+    it, and only it reads NCHW."""
+    module = ChainThenGroupNormBlock().eval()
+    x = torch.randn(2, 3, 16, 16)
+    gm, planned, copies, out = _planned(module, x)
+    assert planned is not gm and copies > 0
+    assert _conv_layouts(planned) == [True, True, True, False]
+    with torch.no_grad():
+        torch.testing.assert_close(out, module(x))
