@@ -51,6 +51,11 @@ struct Entry {
     abi.params.push_back({KernelParam::Kind::Int64, name});
     call_args.push_back(index ? "static_cast<I>(" + name + ")" : name);
   }
+  // A Dims<rank> parameter the device template does not take as it is.
+  void dims_param(int rank, const std::string& name) {
+    params << ",\n    " << emit::dims_param(rank, name);
+    abi.params.push_back({KernelParam::Kind::Dims, name, rank});
+  }
   void float64(const std::string& name) {
     params << ",\n    const double " << name;
     abi.params.push_back({KernelParam::Kind::Float64, name});
@@ -142,11 +147,14 @@ std::vector<DType> stored_dtypes(const NormSpec& spec) {
   return {};
 }
 
+void tensor_reader(const NormSpec& spec, const std::string& stored, const std::string& name,
+                   const Names& n, Entry& e);
+
 std::string softmax_entries(const NormSpec& spec, const Names& n, Entry& e) {
   const bool log =
       spec.kind == NormKind::LogSoftmaxForward || spec.kind == NormKind::LogSoftmaxBackward;
   if (spec.kind == NormKind::SoftmaxForward || spec.kind == NormKind::LogSoftmaxForward) {
-    e.pointer(n.t, "x", true);
+    tensor_reader(spec, "mb::StoredRows", "x", n, e);
     e.pointer(n.to, "y", false);
     e.sizes(false);
     return e.write("mb::softmax_forward<" + n.t + ", " + n.to + ", I, " + std::to_string(n.vec) +
@@ -177,6 +185,63 @@ std::string prologue_load_struct(const NormSpec& spec) {
   else
     src << emit::dense_vec_member(prologue, "in", "mb_prologue");
   src << "};\n\n";
+  return src.str();
+}
+
+// Note [Softmax prologues with broadcast inputs]: the Load functor of a
+// softmax prologue, read a row at a time. row(r, cols) places every input
+// at row r once: a dense input at r * cols, a Strided one (any strides over
+// x's shape, 0 where it broadcasts) at the offset of r's coordinates over
+// x's leading dims; Row::vec then loads columns, dense inputs by vectors,
+// Strided ones an element at a time `step` apart.
+std::string prologue_row_load_struct(const NormSpec& spec) {
+  const PointwiseSpec& prologue = *spec.prologue;
+  const std::vector<bool> used = emit::used_inputs(prologue);
+  const int rank = prologue.rank;
+  bool any_strided = false;
+  for (const TensorArg& in : prologue.inputs) any_strided |= in.mode == IndexMode::Strided;
+  std::ostringstream src, row, place, vec;
+  src << emit::body_function(prologue, "mb_prologue") << "\nstruct Load {\n  typedef "
+      << emit::compute_type(prologue.outputs[0].tensor.dtype) << " Value;\n";
+  row << "  struct Row {\n";
+  place << "  __device__ __forceinline__ Row row(const I r, const I cols) const {\n"
+        << "    Row w;\n";
+  vec << "    template <int N>\n    __device__ __forceinline__ void vec(const I c, Value (&y0)[N]) "
+         "const {\n";
+  for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
+    const std::string in = "in" + std::to_string(k);
+    const std::string x = "x" + std::to_string(k);
+    const std::string type(storage_type(prologue.inputs[k].dtype));
+    src << "  const " << type << "* __restrict__ " << in << ";\n";
+    row << "    const " << type << "* __restrict__ " << in << ";\n";
+    vec << "      " << emit::compute_type(prologue.inputs[k].dtype) << " " << x << "[N];\n";
+    if (prologue.inputs[k].mode != IndexMode::Strided) {
+      place << "    w." << in << " = " << in << " + r * cols;\n";
+      if (used[k]) vec << "      mb::load_compute<N>(" << in << " + c, " << x << ");\n";
+      continue;
+    }
+    row << "    I step_" << in << ";\n";
+    place << "    {\n      I rest = r, offset = 0;\n#pragma unroll\n"
+          << "      for (int d = " << rank - 2 << "; d >= 0; --d) {\n"
+          << "        const I size = static_cast<I>(shape.d[d]);\n"
+          << "        offset += (rest % size) * static_cast<I>(stride_" << in << ".d[d]);\n"
+          << "        rest /= size;\n      }\n"
+          << "      w." << in << " = " << in << " + offset;\n"
+          << "      w.step_" << in << " = static_cast<I>(stride_" << in << ".d[" << rank - 1
+          << "]);\n    }\n";
+    if (used[k])
+      vec << "#pragma unroll\n      for (int e = 0; e < N; ++e) " << x << "[e] = mb::to_compute("
+          << in << "[(c + e) * step_" << in << "]);\n";
+  }
+  if (any_strided) src << "  mb::Dims<" << rank << "> shape;\n";
+  for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
+    if (prologue.inputs[k].mode == IndexMode::Strided)
+      src << "  mb::Dims<" << rank << "> stride_in" << k << ";\n";
+  }
+  vec << "#pragma unroll\n      for (int k = 0; k < N; ++k) mb_prologue("
+      << emit::body_call_args(prologue, "x", "[k]", "s", "y", "[k]") << ");\n    }\n";
+  place << "    return w;\n  }\n";
+  src << row.str() << vec.str() << "  };\n" << place.str() << "};\n\n";
   return src.str();
 }
 
@@ -248,11 +313,26 @@ void tensor_reader(const NormSpec& spec, const std::string& stored, const std::s
     e.call_args.push_back(stored + "<" + n.t + ">{" + name + "}");
     return;
   }
+  const PointwiseSpec& prologue = *spec.prologue;
   std::string load = "Load{";
-  for (std::size_t k = 0; k < spec.prologue->inputs.size(); ++k) {
+  bool any_strided = false;
+  for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
     const std::string in = "in" + std::to_string(k);
-    e.pointer_param(std::string(storage_type(spec.prologue->inputs[k].dtype)), in, true);
+    e.pointer_param(std::string(storage_type(prologue.inputs[k].dtype)), in, true);
     load += (k ? ", " : "") + in;
+    any_strided |= prologue.inputs[k].mode == IndexMode::Strided;
+  }
+  // Note [Softmax prologues with broadcast inputs]: x's shape, then each
+  // Strided input's strides, in the Load's member order.
+  if (any_strided) {
+    e.dims_param(prologue.rank, "shape");
+    load += ", shape";
+  }
+  for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
+    if (prologue.inputs[k].mode != IndexMode::Strided) continue;
+    const std::string name = "stride_in" + std::to_string(k);
+    e.dims_param(prologue.rank, name);
+    load += ", " + name;
   }
   e.call_args.push_back(load + "}");
 }
@@ -457,7 +537,9 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << device_header(spec.kind) << "\"\n\n"
       << (partials.abi.params.empty() && !is_batch_norm(spec.kind) ? "" : outer_tile_assert())
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
-      << (spec.prologue ? prologue_load_struct(spec) : std::string())
+      << (!spec.prologue                  ? std::string()
+          : is_softmax_forward(spec.kind) ? prologue_row_load_struct(spec)
+                                          : prologue_load_struct(spec))
       << (spec.epilogue ? epilogue_store_struct(spec) : std::string()) << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
   if (!wide.abi.name.empty()) kernel.entries.push_back(wide.abi);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "fusion/ir_match.h"
+#include "fusion/pointwise_planner.h"
 #include "fusion/prologue.h"
 
 namespace mybackend {
@@ -15,7 +16,9 @@ std::string take_norm_prologue(const GraphIndex& index,
   const NormGroup& norm = *match->group;
   // The tensor the kernel reads through its Load functor.
   std::string read;
-  if (norm.spec.kind == NormKind::LayerNormForward || norm.spec.kind == NormKind::RmsNormForward)
+  const bool softmax = is_softmax_forward(norm.spec.kind);
+  if (norm.spec.kind == NormKind::LayerNormForward || norm.spec.kind == NormKind::RmsNormForward ||
+      softmax)
     read = "x";
   else if (norm.spec.kind == NormKind::BatchNormBackward)
     read = "grad_out";
@@ -42,15 +45,26 @@ std::string take_norm_prologue(const GraphIndex& index,
       if (name == "x") layout = &graph.value(value).tensor;
     }
   }
-  for (ValueId v : reads) {
-    const Value& value = graph.value(v);
-    if (value.kind != ValueKind::Tensor || space_key(value.tensor) != rows)
+  const int rank = static_cast<int>(graph.value(x->second).tensor.rank());
+  for (std::size_t k = 0; k < reads.size(); ++k) {
+    const Value& value = graph.value(reads[k]);
+    if (value.kind != ValueKind::Tensor)
+      return "prologue not taken: " + value.name + " is not a tensor";
+    TensorArg& in = prologue.inputs[k];
+    const bool dense = space_key(value.tensor) == rows && likely_contiguous(value.tensor);
+    // Note [Softmax prologues with broadcast inputs]: read in place by its
+    // strides, broadcast over x's shape.
+    if (softmax && !dense && rank >= 1 && value.tensor.rank() <= static_cast<std::size_t>(rank)) {
+      in = TensorArg{in.dtype, IndexMode::Strided, rank};
+      continue;
+    }
+    if (space_key(value.tensor) != rows)
       return "prologue not taken: " + value.name + " is not read as " + read +
              "'s rows (broadcast)";
     if (layout != nullptr && !ir_match::same_strides(value.tensor, *layout))
       return "prologue not taken: " + value.name + " is not laid out as x";
+    in = TensorArg{in.dtype, IndexMode::Contiguous, 0};
   }
-  for (TensorArg& in : prologue.inputs) in = TensorArg{in.dtype, IndexMode::Contiguous, 0};
 
   NormGroup with = norm;
   with.spec.prologue = prologue;

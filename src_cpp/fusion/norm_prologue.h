@@ -16,6 +16,23 @@
 // their own (Note [A ReLU gradient recomputed by its batch-norm sums] in
 // mybackend/passes/batch_norm_gradients.py), taken here, so neither
 // kernel stores or reads the masked gradient.
+//
+// Note [Softmax prologues with broadcast inputs]
+// A softmax forward takes its prologue too: attention scores plus a bias
+// and a mask (Swin's relative position bias [1, heads, N, N] and shift mask
+// over [windows, N, N]; T5's position bias; an additive padding mask
+// [batch, 1, 1, keys]) were one ATen or generated add kernel, storing the
+// sum, then the softmax reading it. Those addends broadcast over the
+// scores, so unlike a norm's, a softmax prologue's inputs may have any
+// strides of x's rank (IndexMode::Strided, 0 where they broadcast; the
+// runtime expands them to x's shape and passes the strides and the shape).
+// The kernel reads x a row at a time (x.row(r, cols).vec<N>(c, v) in
+// device/mb_norm.cuh): row() turns r into its coordinates over x's leading
+// dims once per row, so a strided input costs a few divisions a row, not a
+// row's worth; its elements are then `step` apart along the row (one
+// element per load; they are small and stay in cache). Dense inputs of x's
+// shape keep vector loads. The specs hold no sizes (Note [Specs hold no
+// sizes]): shape and strides are kernel arguments.
 #pragma once
 
 #include <functional>

@@ -188,12 +188,16 @@ std::string validate(const ReductionSpec& spec) {
 
 namespace {
 
-// Note [Norm prologues]: x computed from dense inputs read as x would be.
+// Note [Norm prologues]: x computed from dense inputs read as x would be;
+// a softmax's may also read Strided inputs of x's rank (Note [Softmax
+// prologues with broadcast inputs]).
 std::string check_norm_prologue(const NormSpec& spec) {
   const bool backward_sums = spec.kind == NormKind::BatchNormBackward;
+  const bool softmax = is_softmax_forward(spec.kind);
   if (spec.kind != NormKind::LayerNormForward && spec.kind != NormKind::RmsNormForward &&
-      !backward_sums)
-    return "only forward layer and RMS norms and batch-norm backward sums take a prologue";
+      !backward_sums && !softmax)
+    return "only forward softmax, layer and RMS norms and batch-norm backward sums take a "
+           "prologue";
   const PointwiseSpec& p = *spec.prologue;
   const char* what = backward_sums ? "grad_out" : "x";
   if (p.outputs.size() != 1 || p.outputs[0].tensor.dtype != spec.dtype)
@@ -201,6 +205,11 @@ std::string check_norm_prologue(const NormSpec& spec) {
            name(spec.dtype);
   if (p.inputs.empty()) return "the prologue reads no tensor";
   for (const TensorArg& in : p.inputs) {
+    if (softmax && in.mode == IndexMode::Strided) {
+      if (in.rank != p.rank || p.rank < 1)
+        return "a softmax prologue's strided inputs have x's rank";
+      continue;
+    }
     if (in.mode != IndexMode::Contiguous)
       return std::string("prologue inputs are read densely, as ") + what;
   }

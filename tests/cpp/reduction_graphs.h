@@ -144,6 +144,19 @@ void elementwise_then_layer_norm(GraphBuilder& b, DType dtype, bool also_output,
   }
 }
 
+// Attention scores plus a bias over [heads, N, N], broadcast over the batch,
+// then a softmax over the last dim (Note [Softmax prologues with broadcast
+// inputs]): scores [4, 2, 8, 8] bf16.
+void scores_plus_bias_then_softmax(GraphBuilder& b) {
+  const TensorType t = tensor(DType::BFloat16, {4, 2, 8, 8});
+  ValueId scores = b.add_input(out(t, "scores"));
+  ValueId bias = b.add_input(out(tensor(DType::BFloat16, {2, 8, 8}), "bias"));
+  ValueId sum = node1(b, "aten::add.Tensor", {v(scores), v(bias), Argument::of_int(1)}, t, "add");
+  ValueId probs = node1(b, "aten::_softmax.default",
+                        {v(sum), Argument::of_int(-1), Argument::of_bool(false)}, t, "softmax");
+  b.set_outputs({v(probs)});
+}
+
 // A ResNet block's ReLU gradient read by its batch norm's backward sums
 // (Note [A ReLU gradient recomputed by its batch-norm sums]):
 // batch_norm_backward_reduce(where(relu_out <= 0, scalar_tensor(0), dy), x,

@@ -644,21 +644,71 @@ TEST(CodegenNorm, ForwardNormsReadXThroughAPrologue) {
   expect_prologue_kernels_compile(cases);
 }
 
+// x = bf16(scores + bias): scores dense, bias Strided over x's rank 4 (Note
+// [Softmax prologues with broadcast inputs]).
+PointwiseSpec scores_plus_bias_prologue() {
+  PointwiseSpec p;
+  p.rank = 4;
+  p.inputs = {TensorArg{DType::BFloat16, IndexMode::Contiguous, 0},
+              TensorArg{DType::BFloat16, IndexMode::Strided, 4}};
+  p.instrs = {
+      {PwOp::Load, DType::BFloat16, {}, 0},
+      {PwOp::Load, DType::BFloat16, {}, 1},
+      {PwOp::Add, DType::BFloat16, {0, 1}, -1},
+  };
+  p.outputs = {{TensorArg{DType::BFloat16, IndexMode::Contiguous, 0}, 2}};
+  return p;
+}
+
+TEST(CodegenNorm, SoftmaxReadsXThroughAPrologueWithABroadcastInput) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::SoftmaxForward, NormKind::LogSoftmaxForward}) {
+    for (bool aligned : {true, false}) {
+      for (bool index64 : {false, true}) {
+        NormSpec spec;
+        spec.kind = kind;
+        spec.dtype = spec.out_dtype = spec.weight_dtype = DType::BFloat16;
+        spec.aligned = aligned;
+        spec.index64 = index64;
+        spec.prologue = scores_plus_bias_prologue();
+        ASSERT_EQ(validate(spec), "") << spec.to_string();
+        EmittedKernel kernel = emit_norm(spec);
+        ASSERT_EQ(kernel.entries.size(), 1u);
+        std::vector<std::string> names;
+        for (const KernelParam& p : kernel.entries[0].params) {
+          names.push_back(p.name);
+          if (p.kind == KernelParam::Kind::Dims) EXPECT_EQ(p.rank, 4) << p.name;
+        }
+        EXPECT_EQ(names, (std::vector<std::string>{"in0", "in1", "shape", "stride_in1", "y", "rows",
+                                                   "cols"}));
+        EXPECT_NE(kernel.source.find("Row row(const I r, const I cols)"), std::string::npos)
+            << kernel.source;
+        cases.push_back({spec.to_string(), kernel});
+      }
+    }
+  }
+  expect_prologue_kernels_compile(cases);
+}
+
 TEST(CodegenNorm, ValidateExplainsPrologueRejections) {
   NormSpec s;
   s.kind = NormKind::LayerNormForward;
   s.dtype = s.out_dtype = s.weight_dtype = DType::BFloat16;
   s.prologue = gelu_add_prologue();
   ASSERT_EQ(validate(s), "");
-  NormSpec softmax = s;
-  softmax.kind = NormKind::SoftmaxForward;
-  EXPECT_NE(validate(softmax).find("only forward layer and RMS norms"), std::string::npos);
   NormSpec backward = s;
-  backward.kind = NormKind::LayerNormBackward;
-  EXPECT_NE(validate(backward).find("only forward layer and RMS norms"), std::string::npos);
+  backward.kind = NormKind::SoftmaxBackward;
+  EXPECT_NE(validate(backward).find("only forward softmax, layer and RMS norms"),
+            std::string::npos);
   NormSpec strided = s;
   strided.prologue->inputs[1] = TensorArg{DType::Float32, IndexMode::Strided, 2};
   EXPECT_NE(validate(strided).find("densely"), std::string::npos) << validate(strided);
+  // A softmax's prologue may read Strided inputs, of x's rank only.
+  NormSpec softmax = strided;
+  softmax.kind = NormKind::SoftmaxForward;
+  EXPECT_EQ(validate(softmax), "");
+  softmax.prologue->inputs[1].rank = 1;
+  EXPECT_NE(validate(softmax).find("x's rank"), std::string::npos) << validate(softmax);
   NormSpec other_dtype = s;
   other_dtype.dtype = other_dtype.out_dtype = DType::Float32;
   EXPECT_NE(validate(other_dtype).find("one output, x"), std::string::npos);

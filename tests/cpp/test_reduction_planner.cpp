@@ -278,6 +278,30 @@ TEST(NormPlanner, ABroadcastReadKeepsTheProducerApart) {
       << p.plan.to_string();
 }
 
+TEST(NormPlanner, SoftmaxTakesABroadcastAddAsItsPrologue) {
+  GraphBuilder b;
+  scores_plus_bias_then_softmax(b);
+  const Planned p = plan(b);
+  const auto norms = p.groups(KernelKind::Norm);
+  ASSERT_EQ(norms.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(norms[0]->nodes, (std::vector<NodeId>{0, 1})) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty()) << p.plan.to_string();
+  const NormGroup& g = *norms[0]->get<NormGroup>();
+  ASSERT_TRUE(g.spec.prologue.has_value());
+  ASSERT_EQ(g.spec.prologue->inputs.size(), 2u) << g.spec.to_string();
+  // The scores are dense; the bias is read by its strides over x's rank.
+  EXPECT_EQ(g.spec.prologue->inputs[0].mode, IndexMode::Contiguous);
+  EXPECT_EQ(g.spec.prologue->inputs[1].mode, IndexMode::Strided);
+  EXPECT_EQ(g.spec.prologue->inputs[1].rank, 4);
+  EXPECT_EQ(validate(g.spec), "");
+  std::vector<std::string> names;
+  for (const auto& [name, value] : g.inputs) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"in0", "in1"}));
+  EXPECT_NE(norms[0]->why.find("with 1 prologue elementwise op"), std::string::npos)
+      << norms[0]->why;
+}
+
 // The plan of relu_gradient_then_batch_norm_sums, as PlannedNorm.
 void plan_relu_gradient_sums(bool grad_nchw, PlannedNorm* out) {
   GraphBuilder b;

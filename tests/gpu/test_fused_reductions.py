@@ -19,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mybackend import _C
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
+from tests.testing import error_ratio_check
 
 pytestmark = [
     pytest.mark.gpu,
@@ -348,6 +349,57 @@ def test_rms_norm_reads_its_input_through_a_prologue(cols: int, dtype: torch.dty
     compiled = _check(fn, a, c, w, kind="norm", tol=TOL[dtype])
     (norm,) = compiled.report()["kernels"]
     assert "prologue:" in norm["spec"] and "tanh" in norm["spec"], norm["spec"]
+
+
+# (scores shape, addend shapes): Swin's window attention at batch 2 (a
+# relative position bias over heads, a shift mask over windows, seen as
+# [batch, windows, heads, N, N]), a padding mask over keys, T5's position bias
+# with a ViT's 197 tokens, and rows long enough for the loop path.
+SOFTMAX_ADDENDS: dict[str, tuple[tuple[int, ...], list[tuple[int, ...]]]] = {
+    "window_bias": ((128, 3, 49, 49), [(3, 49, 49)]),
+    "window_bias_and_shift_mask": ((2, 64, 3, 49, 49), [(3, 49, 49), (64, 1, 49, 49)]),
+    "key_padding_mask": ((4, 12, 64, 64), [(4, 1, 1, 64)]),
+    "position_bias": ((2, 8, 197, 197), [(1, 8, 197, 197)]),
+    "long_rows": ((3, 2, 8200), [(8200,)]),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("case", list(SOFTMAX_ADDENDS))
+def test_softmax_reads_broadcast_addends_in_its_prologue(case: str, dtype: torch.dtype) -> None:
+    """Note [Softmax prologues with broadcast inputs]: scores plus addends
+    that broadcast over them, then a softmax, run as one norm kernel reading
+    the addends by their strides; the sum is never stored. A 2-d addend is
+    read through a transposed view, as an attention bias permuted from
+    [N, N, heads] is. In bf16 the kernel rounds the sum once where eager
+    rounds after each add (an element of Swin's scores may move by a bf16
+    step, 0.1 of its probability, H200 2026-11-27), so it is judged against
+    fp64 beside eager's own error, as Inductor's fused kernels would be."""
+    shape, addends = SOFTMAX_ADDENDS[case]
+    scores = _randn(*shape, dtype=dtype) * 3
+    extra = [_randn(*a, dtype=dtype) for a in addends]
+    if extra[0].dim() >= 2:
+        extra[0] = extra[0].transpose(-1, -2).contiguous().transpose(-1, -2)
+
+    def fn(s: torch.Tensor, *adds: torch.Tensor) -> torch.Tensor:
+        for a in adds:
+            s = s + a
+        return torch.softmax(s, -1)
+
+    compiled = _compile(fn, scores, *extra)
+    kernels = compiled.report()["kernels"]
+    assert [k["kind"] for k in kernels] == ["norm"], kernels
+    assert "prologue:" in kernels[0]["spec"] and "strided" in kernels[0]["spec"], kernels[0]["spec"]
+    (got,) = compiled.run([scores, *extra])
+    torch.cuda.synchronize()
+    stats = compiled.stats()
+    assert stats["generated_norms_run"] == 1 and stats["generated_kernel_fallbacks"] == 0, stats
+    want = fn(scores, *extra)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if dtype is F32:
+        torch.testing.assert_close(got, want, **TOL[dtype])
+    else:
+        error_ratio_check(got, lambda: fn(scores.double(), *(a.double() for a in extra)), want)
 
 
 @pytest.mark.parametrize("target", [BF16, F16])

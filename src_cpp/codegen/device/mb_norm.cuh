@@ -174,6 +174,20 @@ struct StoredRows {
   __device__ __forceinline__ void vec(I i, A (&out)[N]) const {
     load_as<N>(x + i, out);
   }
+  // One row, read by column (Note [Softmax prologues with broadcast
+  // inputs] in fusion/norm_prologue.h): r.vec<N>(c, v) loads columns
+  // c .. c + N - 1. A softmax prologue's Load functor has the same member.
+  struct Row {
+    const T* __restrict__ x;
+    template <int N, class I, class A>
+    __device__ __forceinline__ void vec(I c, A (&out)[N]) const {
+      load_as<N>(x + c, out);
+    }
+  };
+  template <class I>
+  __device__ __forceinline__ Row row(I r, I cols) const {
+    return Row{x + r * cols};
+  }
 };
 
 // A backward norm's grad_in as stored: g.store<N>(i, v) writes elements
@@ -225,15 +239,16 @@ struct SoftmaxReducer {
 
 // Register path (Note [Rows in registers]): max, then exp once per element
 // kept in registers for the sum, then one write.
-template <class T, class TO, class I, int VEC, int CHUNKS, bool LOG>
-__device__ __forceinline__ void softmax_forward_rows(const T* __restrict__ x, TO* __restrict__ y,
-                                                     I rows, I cols, int tpr) {
+template <class T, class TO, class I, int VEC, int CHUNKS, bool LOG, class X>
+__device__ __forceinline__ void softmax_forward_rows(const X x, TO* __restrict__ y, I rows, I cols,
+                                                     int tpr) {
   typedef typename Compute<T>::type A;
   A v[CHUNKS][VEC];
-  for_row_groups(rows, cols, tpr, [&](int lane, I, bool live, I offset) {
+  for_row_groups(rows, cols, tpr, [&](int lane, I row, bool live, I offset) {
+    const auto xr = x.row(live ? row : I(0), cols);
     A m = Limits<A>::lowest();
     for_row_chunks<VEC, CHUNKS>(lane, tpr, cols, live, [&](int k, I c) {
-      load_as<VEC>(x + offset + c, v[k]);
+      xr.template vec<VEC>(c, v[k]);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) m = maximum(m, v[k][e]);
     });
@@ -258,9 +273,10 @@ __device__ __forceinline__ void softmax_forward_rows(const T* __restrict__ x, TO
   });
 }
 
-template <class T, class TO, class I, int VEC, int CHUNKS, bool LOG>
-__device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __restrict__ y, I rows,
-                                                I cols) {
+// x: mb::StoredRows over the stored input, or a prologue's Load functor;
+// both give x.row(r, cols).vec<N>(c, v).
+template <class T, class TO, class I, int VEC, int CHUNKS, bool LOG, class X>
+__device__ __forceinline__ void softmax_forward(const X x, TO* __restrict__ y, I rows, I cols) {
   typedef typename Compute<T>::type A;
   typedef SoftmaxReducer<A> R;
   if (with_register_path<VEC, CHUNKS>(cols, [&](int tpr, auto vec) {
@@ -268,13 +284,13 @@ __device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __r
       }))
     return;
   for (I row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* xr = x + row * cols;
+    const auto xr = x.row(row, cols);
     TO* yr = y + row * cols;
     typename R::AccT s = R::identity();
     row_loop<VEC>(cols, [&](I c, auto n) {
       constexpr int N = decltype(n)::value;
       A v[N];
-      load_as<N>(xr + c, v);
+      xr.template vec<N>(c, v);
 #pragma unroll
       for (int k = 0; k < N; ++k) R::add(s, v[k]);
     });
@@ -284,7 +300,7 @@ __device__ __forceinline__ void softmax_forward(const T* __restrict__ x, TO* __r
     row_loop<VEC>(cols, [&](I c, auto n) {
       constexpr int N = decltype(n)::value;
       A v[N];
-      load_as<N>(xr + c, v);
+      xr.template vec<N>(c, v);
 #pragma unroll
       for (int k = 0; k < N; ++k)
         v[k] = LOG ? v[k] - s.max - log_sum : mb::exp(v[k] - s.max) * inv_sum;

@@ -7,6 +7,7 @@
 
 #ifdef MYBACKEND_WITH_CUDA
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -67,14 +68,24 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
   return spec.dtype;
 }
 
+bool norm_strided_input(const NormSpec& spec, const std::string& name) {
+  const int k = spec.prologue ? norm_prologue_input(name) : -1;
+  return k >= 0 && spec.prologue->inputs.at(static_cast<std::size_t>(k)).mode == IndexMode::Strided;
+}
+
 KernelArgs norm_kernel_args(const KernelEntry& entry,
                             const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::int64_t>& ints,
-                            const std::map<std::string, double>& floats) {
+                            const std::map<std::string, double>& floats,
+                            const std::map<std::string, std::vector<std::int64_t>>& dims) {
   KernelArgs args(entry);
   for (std::size_t i = 0; i < entry.params.size(); ++i) {
     const KernelParam& p = entry.params[i];
-    if (p.kind == KernelParam::Kind::Pointer) {
+    if (p.kind == KernelParam::Kind::Dims) {
+      auto it = dims.find(p.name);
+      MB_ASSERT(it != dims.end(), "norm kernel parameter ", p.name, " has no dims");
+      args.set_dims(i, it->second);
+    } else if (p.kind == KernelParam::Kind::Pointer) {
       auto it = tensors.find(p.name);
       MB_ASSERT(it != tensors.end(), "norm kernel parameter ", p.name, " has no tensor");
       args.set_pointer(i, it->second.data_ptr());
@@ -122,10 +133,23 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   if (!inputs) return false;
   std::map<std::string, at::Tensor>& tensors = *inputs;
   std::optional<c10::Device> device;
+  // Note [Softmax prologues with broadcast inputs]: a Strided input is read
+  // in place, broadcast to x's shape by its strides.
+  std::map<std::string, std::vector<std::int64_t>> dims;
   for (auto& [name, t] : tensors) {
     if (device && t.device() != *device) return fail("inputs on different devices");
     device = t.device();
-    t = t.contiguous();
+    if (!norm_strided_input(g.spec, name)) {
+      t = t.contiguous();
+      continue;
+    }
+    if (!t.sizes().empty() && !at::is_expandable_to(t.sizes(), c10::IntArrayRef(*shape)))
+      return fail(name + " does not broadcast to the compiled shape");
+    if (std::any_of(t.strides().begin(), t.strides().end(), [](std::int64_t s) { return s < 0; }))
+      t = t.contiguous();  // offsets are computed from non-negative strides
+    t = t.expand(*shape);
+    dims["stride_" + name] = t.strides().vec();
+    dims["shape"] = *shape;
   }
   if (!device) return fail("the group reads no tensor");
   for (const auto& [name, t] : tensors) {
@@ -159,7 +183,17 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     tensors[name] = t;
   }
   bool aligned = rows * cols < kIndex32Limit;
-  for (const auto& [name, t] : tensors) aligned = aligned && aligned16(t);
+  for (const auto& [name, t] : tensors) {
+    // Strided inputs are read an element at a time; their offsets must fit I.
+    if (norm_strided_input(g.spec, name)) {
+      std::int64_t last = 0;
+      for (std::size_t d = 0; d < shape->size(); ++d)
+        last += ((*shape)[d] - 1) * std::max<std::int64_t>(t.stride(static_cast<int64_t>(d)), 0);
+      aligned = aligned && last < kIndex32Limit;
+    } else {
+      aligned = aligned && aligned16(t);
+    }
+  }
   const std::size_t v = aligned || variants_.size() == 1 ? 0 : variants_.size() - 1;
   const DeviceModules::Loaded& l = modules_.on(device->index(), v);
   const std::vector<KernelEntry>& entries = variants_[v].kernel.entries;
@@ -192,8 +226,9 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     } else if (rows_entry) {
       entry = norm_launch_shape(entry, rows, cols, l.sm_count);
     }
-    KernelArgs args = norm_kernel_args(
-        entry, tensors, {{"rows", rows}, {"cols", cols}, {"splits", splits}}, {{"eps", g.eps}});
+    KernelArgs args =
+        norm_kernel_args(entry, tensors, {{"rows", rows}, {"cols", cols}, {"splits", splits}},
+                         {{"eps", g.eps}}, dims);
     // The rows entry: rows_per_block(...) rows per block; entries 1 and 2
     // of a backward (parameter grads): a column tile of one row chunk, then
     // of all chunks.

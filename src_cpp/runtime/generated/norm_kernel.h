@@ -49,11 +49,16 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name);
 
 // Arguments of a norm entry point by parameter name: pointers from
 // `tensors`, integers from `ints`, floating parameters (eps, momentum) from
-// `floats`.
+// `floats`, shapes and strides from `dims`.
 KernelArgs norm_kernel_args(const KernelEntry& entry,
                             const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::int64_t>& ints,
-                            const std::map<std::string, double>& floats);
+                            const std::map<std::string, double>& floats,
+                            const std::map<std::string, std::vector<std::int64_t>>& dims = {});
+
+// True for a softmax prologue's input read with strides (Note [Softmax
+// prologues with broadcast inputs] in fusion/norm_prologue.h).
+bool norm_strided_input(const NormSpec& spec, const std::string& name);
 
 }  // namespace mybackend
 
