@@ -138,3 +138,16 @@ def run_generated_norm(fn: Callable[..., Any], *inputs: torch.Tensor) -> list[to
     assert stats["generated_norms_run"] == 1, (stats, compiled.report()["kernels"])
     assert stats["generated_kernel_fallbacks"] == 0, compiled.report()["kernels"]
     return list(out)
+
+
+def fake_graph(
+    fn: Callable[..., object], *shapes: tuple[int, ...], device: str = "cuda"
+) -> torch.fx.GraphModule:
+    """``fn`` traced to ATen on fake fp32 tensors of ``shapes`` (fake CUDA
+    ones need no GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        inputs = [torch.empty(s, device=device) for s in shapes]
+        return make_fx(fn, tracing_mode="fake")(*inputs)

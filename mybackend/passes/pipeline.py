@@ -33,6 +33,7 @@ from mybackend.passes.memory_order_reductions import REDUCTIONS, reduce_in_memor
 from mybackend.passes.mutations import batch_input_mutations
 from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
+from mybackend.passes.softmax_views import softmaxes_before_views
 from mybackend.passes.transposed_operands import copy_transposed_operands
 from mybackend.passes.widening_casts import cast_after_views, split_widening_casts
 
@@ -116,6 +117,10 @@ def _permuted_cats(ctx: PassContext) -> int:
     return write_permuted_cats(ctx.gm, recompile=False)
 
 
+def _softmax_views(ctx: PassContext) -> int:
+    return softmaxes_before_views(ctx.gm, recompile=False)
+
+
 def _transposed_operands(ctx: PassContext) -> int:
     return copy_transposed_operands(ctx.gm, recompile=False)
 
@@ -176,6 +181,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
         _generated_kernels,
         _transposed_operands,
         targets=(torch.ops.aten.clone.default,),
+    ),
+    # Note [Softmaxes before their views]
+    GraphPass(
+        "softmax_views",
+        _generated_kernels,
+        _softmax_views,
+        targets=(torch.ops.aten._softmax.default, torch.ops.aten._log_softmax.default),
     ),
 )
 

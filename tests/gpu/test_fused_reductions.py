@@ -402,6 +402,35 @@ def test_softmax_reads_broadcast_addends_in_its_prologue(case: str, dtype: torch
         error_ratio_check(got, lambda: fn(scores.double(), *(a.double() for a in extra)), want)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_a_mask_added_before_a_view_joins_the_softmax(dtype: torch.dtype) -> None:
+    """Note [Softmaxes before their views] through torch.compile: BART's
+    eager attention adds the mask on [B, H, T, S] and takes the softmax of
+    the [B * H, T, S] view; the softmax runs first, on the sum, which it
+    reads through its prologue, so one norm kernel computes both."""
+    from tests.testing import compiled_records
+
+    b, h, t, s = 2, 12, 64, 64
+
+    def fn(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        weights = scores.view(b, h, t, s) + mask
+        return torch.softmax(weights.view(b * h, t, s), dim=-1) * 1.0
+
+    scores = _randn(b * h, t, s, dtype=dtype) * 3
+    mask = torch.where(_randn(b, 1, 1, s) > 1, -1e4, 0.0).to(dtype)
+    compiled = torch.compile(fn, backend="mybackend", options={"strict": True})
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(scores, mask))
+        want = fn(scores, mask)
+    (record,) = records
+    norms = [k for k in record.core_report["kernels"] if k["kind"] == "norm"]
+    assert len(norms) == 1 and "prologue:" in norms[0]["spec"], record.core_report["kernels"]
+    if dtype is F32:
+        torch.testing.assert_close(got, want, **TOL[dtype])
+    else:
+        error_ratio_check(got, lambda: fn(scores.double(), mask.double()), want)
+
+
 @pytest.mark.parametrize("target", [BF16, F16])
 @pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
 def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:

@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from mybackend.passes.transposed_operands import copy_transposed_operands
+from tests.testing import fake_graph
 
 aten = torch.ops.aten
 HEADS, HEAD_DIM = 3, 8
@@ -22,15 +19,6 @@ def _scores(qkv: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1)
 
 
-def _cuda_graph(
-    fn: Callable[..., object], *shapes: tuple[int, ...], device: str = "cuda"
-) -> torch.fx.GraphModule:
-    """``fn`` traced on fake tensors (fake CUDA ones need no GPU)."""
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        inputs = [torch.empty(s, device=device) for s in shapes]
-        return make_fx(fn, tracing_mode="fake")(*inputs)
-
-
 def _copies(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
     """The values the graph's clones read."""
     return [
@@ -40,7 +28,7 @@ def _copies(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
 
 
 def test_the_key_transpose_is_copied_with_its_innermost_dim_kept() -> None:
-    gm = _cuda_graph(_scores, (2, 5, 3 * HEADS * HEAD_DIM))
+    gm = fake_graph(_scores, (2, 5, 3 * HEADS * HEAD_DIM))
     transposing = [v for v in _copies(gm) if v.stride(-1) != 1]
     assert len(transposing) == 1, "aot's graph copies k^T contiguous"
     assert copy_transposed_operands(gm) == 1
@@ -71,11 +59,11 @@ def _view_merging_the_last_dims(qkv: torch.Tensor) -> torch.Tensor:
 
 def test_copies_the_product_does_not_read_alone_stay() -> None:
     for fn in (_returned_copy, _copy_read_twice, _view_merging_the_last_dims):
-        gm = _cuda_graph(fn, (2, 5, HEADS * HEAD_DIM))
+        gm = fake_graph(fn, (2, 5, HEADS * HEAD_DIM))
         assert copy_transposed_operands(gm) == 0, fn.__name__
 
 
 def test_cpu_graphs_are_left_as_they_are() -> None:
-    gm = _cuda_graph(_scores, (2, 5, 3 * HEADS * HEAD_DIM), device="cpu")
+    gm = fake_graph(_scores, (2, 5, 3 * HEADS * HEAD_DIM), device="cpu")
     assert any(v.stride(-1) != 1 for v in _copies(gm)), "a transposing copy to leave"
     assert copy_transposed_operands(gm) == 0
