@@ -35,6 +35,7 @@ from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
 from mybackend.passes.softmax_views import softmaxes_before_views
 from mybackend.passes.transposed_operands import copy_transposed_operands
+from mybackend.passes.views_after_elementwise import move_elementwise_past_views
 from mybackend.passes.widening_casts import cast_after_views, split_widening_casts
 
 INFERENCE = frozenset({"inference"})
@@ -121,6 +122,10 @@ def _softmax_views(ctx: PassContext) -> int:
     return softmaxes_before_views(ctx.gm, recompile=False)
 
 
+def _views_after_elementwise(ctx: PassContext) -> int:
+    return move_elementwise_past_views(ctx.gm, recompile=False)
+
+
 def _transposed_operands(ctx: PassContext) -> int:
     return copy_transposed_operands(ctx.gm, recompile=False)
 
@@ -188,6 +193,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
         _generated_kernels,
         _softmax_views,
         targets=(torch.ops.aten._softmax.default, torch.ops.aten._log_softmax.default),
+    ),
+    # Note [Elementwise ops past their views]
+    GraphPass(
+        "views_after_elementwise",
+        _generated_kernels,
+        _views_after_elementwise,
+        targets=(torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default),
     ),
 )
 

@@ -431,6 +431,36 @@ def test_a_mask_added_before_a_view_joins_the_softmax(dtype: torch.dtype) -> Non
         error_ratio_check(got, lambda: fn(scores.double(), mask.double()), want)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_shifted_window_bias_and_mask_join_the_softmax(dtype: torch.dtype) -> None:
+    """Note [Elementwise ops past their views] through torch.compile: Swin's
+    shifted-window attention adds the position bias before a view and the
+    shift mask after it; both adds move into the softmax kernel's prologue."""
+    from tests.testing import compiled_records
+
+    b, w, h, n = 2, 16, 3, 49
+
+    def fn(scores: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        s = (scores + bias).view(b, w, h, n, n) + mask
+        return torch.softmax(s.view(b * w, h, n, n), -1) * 1.0
+
+    scores = _randn(b * w, h, n, n, dtype=dtype) * 3
+    bias = _randn(1, h, n, n, dtype=dtype)
+    mask = torch.where(_randn(1, w, 1, n, n) > 1, -100.0, 0.0).to(dtype)
+    compiled = torch.compile(fn, backend="mybackend", options={"strict": True})
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(scores, bias, mask))
+        want = fn(scores, bias, mask)
+    (record,) = records
+    kernels = record.core_report["kernels"]
+    norms = [k for k in kernels if k["kind"] == "norm"]
+    assert len(norms) == 1 and norms[0]["spec"].count("add") == 2, kernels
+    if dtype is F32:
+        torch.testing.assert_close(got, want, **TOL[dtype])
+    else:
+        error_ratio_check(got, lambda: fn(scores.double(), bias.double(), mask.double()), want)
+
+
 @pytest.mark.parametrize("target", [BF16, F16])
 @pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
 def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:

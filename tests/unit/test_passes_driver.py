@@ -144,7 +144,8 @@ def test_the_pass_lists() -> None:
         ["input_mutations", "empty_pads", "padding", "layout", "hoisting",
          "memory_order_reductions",
          "batch_norm_gradients", "casts_after_views", "widening_casts", "scatter_adds",
-         "permuted_cats", "transposed_operands", "softmax_views"],
+         "permuted_cats", "transposed_operands", "softmax_views",
+         "views_after_elementwise"],
     ]  # fmt: skip
     for passes in pipeline.LISTS:
         assert len({p.name for p in passes}) == len(passes), "a name is a stage: one per list"
