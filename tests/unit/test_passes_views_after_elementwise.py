@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import torch
 
 from mybackend import _C
@@ -80,3 +83,51 @@ def test_a_chain_moves_op_by_op_and_cpu_graphs_stay() -> None:
     inputs = [torch.randn(SHAPES[0]), torch.randn(SHAPES[1])]
     torch.testing.assert_close(gm(*inputs), chain(*inputs))
     assert move_elementwise_past_views(fake_graph(chain, *SHAPES[:2], device="cpu")) == 0
+
+
+def _random_case(rng: random.Random) -> tuple[list[int], list[int], list[int]]:
+    """A shape, a view of it that splits or merges dims, and an operand
+    shape broadcast over the first (some dims 1, maybe fewer dims)."""
+    sizes = [rng.choice([1, 2, 3, 4, 6]) for _ in range(rng.randint(2, 4))]
+    after: list[int] = []
+    i = 0
+    while i < len(sizes):
+        if i + 1 < len(sizes) and rng.random() < 0.4:  # merge two dims
+            after.append(sizes[i] * sizes[i + 1])
+            i += 2
+        elif sizes[i] in (4, 6) and rng.random() < 0.5:  # split one
+            after += [2, sizes[i] // 2]
+            i += 1
+        else:
+            after.append(sizes[i])
+            i += 1
+    if rng.random() < 0.3:
+        after.append(1)
+    operand = [s if rng.random() < 0.5 else 1 for s in sizes]
+    operand = operand[rng.randint(0, len(operand) - 1) :]
+    return sizes, after, operand
+
+
+def _op_then_view(
+    op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], after: list[int]
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(op(x, y).view(after), -1)
+
+    return fn
+
+
+def test_random_views_move_past_elementwise_ops_without_changing_results() -> None:
+    """Whatever the pass rewrites computes what the graph computed."""
+    rng = random.Random(0)
+    moved = 0
+    for _ in range(200):
+        sizes, after, operand = _random_case(rng)
+        op = rng.choice([torch.add, torch.mul, torch.maximum])
+
+        fn = _op_then_view(op, after)
+        gm = fake_graph(fn, tuple(sizes), tuple(operand))
+        moved += move_elementwise_past_views(gm)
+        x, y = torch.randn(sizes), torch.randn(operand)
+        torch.testing.assert_close(gm(x, y), fn(x, y))
+    assert moved > 50, moved  # the cases exercise the rewrite, not only its refusals
