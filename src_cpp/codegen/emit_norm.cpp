@@ -180,10 +180,21 @@ std::string prologue_load_struct(const NormSpec& spec) {
   for (std::size_t k = 0; k < prologue.inputs.size(); ++k)
     src << "  const " << storage_type(prologue.inputs[k].dtype) << "* __restrict__ in"
         << std::to_string(k) << ";\n";
-  if (spec.kind == NormKind::BatchNormBackward)
+  if (spec.kind == NormKind::BatchNormBackward) {
     src << emit::dense_held_members(prologue, "in", "mb_prologue");
-  else
+  } else if (!spec.store_x) {
     src << emit::dense_vec_member(prologue, "in", "mb_prologue");
+  } else {
+    // Note [A norm prologue read elsewhere]: each element is stored as it
+    // is computed (twice on the loop path, the same value).
+    std::string computed = emit::dense_vec_member(prologue, "in", "mb_prologue");
+    const std::string head = "void vec(";
+    computed.replace(computed.find(head), head.size(), "void computed(");
+    src << "  " << storage_type(prologue.outputs[0].tensor.dtype) << "* __restrict__ xout;\n"
+        << computed
+        << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
+           "const {\n    computed<N>(i, y0);\n    mb::store_compute<N>(xout + i, y0);\n  }\n";
+  }
   src << "};\n\n";
   return src.str();
 }
@@ -321,6 +332,10 @@ void tensor_reader(const NormSpec& spec, const std::string& stored, const std::s
     e.pointer_param(std::string(storage_type(prologue.inputs[k].dtype)), in, true);
     load += (k ? ", " : "") + in;
     any_strided |= prologue.inputs[k].mode == IndexMode::Strided;
+  }
+  if (spec.store_x) {  // Note [A norm prologue read elsewhere]
+    e.pointer_param(std::string(storage_type(prologue.outputs[0].tensor.dtype)), "xout", false);
+    load += ", xout";
   }
   // Note [Softmax prologues with broadcast inputs]: x's shape, then each
   // Strided input's strides, in the Load's member order.

@@ -28,7 +28,32 @@ std::string take_norm_prologue(const GraphIndex& index,
                               [&read](const auto& in) { return in.first == read; });
   if (x == norm.inputs.end()) return {};
   std::set<NodeId> members(match->nodes.begin(), match->nodes.end());
-  const std::vector<NodeId> nodes = elementwise_prologue(index, x->second, available, members);
+  std::vector<NodeId> nodes = elementwise_prologue(index, x->second, available, members);
+  // Note [A norm prologue read elsewhere]: x's own producer, read by others
+  // too, joins alone; the kernel stores x for them.
+  bool store_x = false;
+  if (nodes.empty() && read == "x" && !softmax) {
+    const TensorType& xt = graph.value(x->second).tensor;
+    const NodeId producer = graph.value(x->second).producer;
+    if (producer >= 0 && available(producer) && members.count(producer) == 0 &&
+        likely_contiguous(xt) && elementwise_of_space(graph, graph.node(producer), space_key(xt))) {
+      // A producer fused with the elementwise ops before it would store
+      // only x; taken alone it makes them store their result for it.
+      bool joins_its_inputs = false;
+      for (NodeId q : index.producers[static_cast<std::size_t>(producer)]) {
+        const Node& before = graph.node(q);
+        joins_its_inputs = joins_its_inputs ||
+                           (available(q) && elementwise_of_space(graph, before, space_key(xt)) &&
+                            !index.used_outside(before.outputs[0], {producer}));
+      }
+      std::set<NodeId> trial = members;
+      trial.insert(producer);
+      if (!joins_its_inputs && index.convex(trial)) {
+        nodes = {producer};
+        store_x = true;
+      }
+    }
+  }
   if (nodes.empty()) return {};
   PointwiseSpec prologue;
   std::vector<ValueId> reads;
@@ -69,10 +94,13 @@ std::string take_norm_prologue(const GraphIndex& index,
   NormGroup with = norm;
   with.spec.prologue = prologue;
   with.general.prologue = prologue;
+  with.spec.store_x = with.general.store_x = store_x;
+  if (store_x) with.outputs.push_back({"xout", x->second});
   with.inputs.erase(with.inputs.begin() + (x - norm.inputs.begin()));
   for (std::size_t k = 0; k < reads.size(); ++k)
     with.inputs.push_back({"in" + std::to_string(k), reads[k]});
-  return adopt_norm_part(std::move(with), nodes, "prologue", match);
+  const std::string taken = adopt_norm_part(std::move(with), nodes, "prologue", match);
+  return store_x && taken.rfind("with ", 0) == 0 ? taken + ", its result also stored" : taken;
 }
 
 }  // namespace mybackend

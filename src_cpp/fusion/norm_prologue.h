@@ -7,7 +7,8 @@
 // StoredRows, or the prologue's) at the same offsets, so only dense inputs
 // of x's own shape qualify: a broadcast input (a bias over the rows) keeps
 // the ops in their own pointwise kernel. Training graphs save x for the
-// backward, so there the prologue is empty.
+// backward: there x's producer alone joins, and the kernel stores x (Note
+// [A norm prologue read elsewhere]).
 //
 // The batch-norm backward sums read grad_out the same way (Note [Gradient
 // readers] in device/mb_batch_norm.cuh): in ResNet training grad_out is the
@@ -16,6 +17,21 @@
 // their own (Note [A ReLU gradient recomputed by its batch-norm sums] in
 // mybackend/passes/batch_norm_gradients.py), taken here, so neither
 // kernel stores or reads the masked gradient.
+//
+// Note [A norm prologue read elsewhere]
+// A pre-norm block's residual sum is read by the next norm and by the next
+// residual add. Where no matrix product's epilogue takes it (Swin adds its
+// attention branch after the window merge and reverse roll, through views),
+// the add was a kernel of its own: it stored the sum, and the norm read it
+// back. A forward layer or RMS norm whose x has no elementwise producer to
+// itself takes x's producer alone (never the ops before it, whose values
+// the other readers may read too) and stores x as it computes it, to the
+// output "xout" (NormSpec::store_x): one launch and one read of x less. The
+// loop path for long rows computes x twice and stores the same value twice.
+// x must be contiguous, as the norm's outputs are. A producer that would
+// fuse with elementwise ops before it (a training step's dropout, then the
+// residual add) stays with them: taken alone, it would make them store the
+// value it reads, one more write and read than the fused kernel storing x.
 //
 // Note [Softmax prologues with broadcast inputs]
 // A softmax forward takes its prologue too: attention scores plus a bias

@@ -183,7 +183,8 @@ std::string NormSpec::to_string() const {
       << " save_stats=" << flag(save_stats) << " param_grads=" << flag(param_grads)
       << " aligned=" << flag(aligned) << " index=" << (index64 ? "i64" : "i32")
       << " threads=" << std::to_string(threads)
-      << (round_before_weight ? " round_before_weight=1" : "") << tuning_text(tuning) << "\n";
+      << (round_before_weight ? " round_before_weight=1" : "") << (store_x ? " store_x=1" : "")
+      << tuning_text(tuning) << "\n";
   if (prologue) {
     out << "  prologue:\n";
     indent_into(out, prologue->to_string(), "    ");

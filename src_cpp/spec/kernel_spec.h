@@ -274,6 +274,10 @@ struct NormSpec {
   // when it is not the defaults.
   LaunchTuning tuning;
   std::optional<PointwiseSpec> prologue;
+  // Forward layer and RMS norms: the prologue's result x is also stored, to
+  // "xout", for its readers outside the group (Note [A norm prologue read
+  // elsewhere] in fusion/norm_prologue.h).
+  bool store_x = false;
   // Backward layer and RMS norms (Note [Norm epilogues] in
   // fusion/norm_epilogue.h): grad_in is not stored but becomes input 0 of
   // these elementwise ops over [rows, cols]; their other inputs are dense

@@ -47,7 +47,7 @@ template <class Ar>
 void archive(Ar& ar, NormSpec& s) {
   fields(ar, s.kind, s.dtype, s.out_dtype, s.weight_dtype, s.has_weight, s.has_bias, s.save_stats,
          s.param_grads, s.round_before_weight, s.aligned, s.index64, s.threads, s.tuning,
-         s.prologue, s.epilogue);
+         s.prologue, s.epilogue, s.store_x);
 }
 
 template <class Ar>

@@ -282,6 +282,9 @@ std::string validate(const NormSpec& spec) {
   if (spec.prologue) {
     if (std::string p = check_norm_prologue(spec); !p.empty()) return p;
   }
+  if (spec.store_x && (!spec.prologue || (spec.kind != NormKind::LayerNormForward &&
+                                          spec.kind != NormKind::RmsNormForward)))
+    return "only a forward layer or RMS norm with a prologue stores x";
   if (spec.epilogue) return check_norm_epilogue(spec);
   return {};
 }

@@ -123,17 +123,26 @@ void layer_norm_backward_then_residual(GraphBuilder& b, bool dx_returned, bool b
 // `producer`(x) -> native_layer_norm over [6, 64] with weight and bias, the
 // MLP block's inference tail (Note [Norm prologues]). `also_output`: the
 // producer's result is a graph output too; `broadcast`: the producer adds a
-// [64] bias (a broadcast read).
-void elementwise_then_layer_norm(GraphBuilder& b, DType dtype, bool also_output, bool broadcast) {
+// [64] bias (a broadcast read); `scaled_sum`: the producer is x * 0.5 + r,
+// two ops, r a second input of x's shape.
+void elementwise_then_layer_norm(GraphBuilder& b, DType dtype, bool also_output, bool broadcast,
+                                 bool scaled_sum = false) {
   const TensorType t = tensor(dtype, {6, 64});
   const TensorType p = tensor(dtype, {64});
   const TensorType s = tensor(DType::Float32, {6, 1});
   ValueId x = b.add_input(out(t, "x"));
   ValueId w = b.add_input(out(p, "w"));
   ValueId bias = b.add_input(out(p, "b"));
-  ValueId pre = broadcast
-                    ? node1(b, "aten::add.Tensor", {v(x), v(bias), Argument::of_int(1)}, t, "add")
-                    : node1(b, "aten::gelu.default", {v(x)}, t, "gelu");
+  ValueId pre = -1;
+  if (scaled_sum) {
+    ValueId r = b.add_input(out(t, "r"));
+    ValueId mul = node1(b, "aten::mul.Tensor", {v(x), Argument::of_float(0.5)}, t, "mul");
+    pre = node1(b, "aten::add.Tensor", {v(mul), v(r), Argument::of_int(1)}, t, "add");
+  } else if (broadcast) {
+    pre = node1(b, "aten::add.Tensor", {v(x), v(bias), Argument::of_int(1)}, t, "add");
+  } else {
+    pre = node1(b, "aten::gelu.default", {v(x)}, t, "gelu");
+  }
   auto ln = b.add_node(NodeKind::Aten, "aten::native_layer_norm.default",
                        {v(pre), ints({64}), v(w), v(bias), Argument::of_float(1e-5)},
                        {out(t), out(s), out(s)}, "ln");

@@ -613,17 +613,29 @@ PointwiseSpec gelu_add_prologue() {
   return p;
 }
 
+// A layer norm (with bias) or RMS norm with a weight, all in `dtype`.
+NormSpec weighted_norm(NormKind kind, DType dtype, bool aligned) {
+  NormSpec spec;
+  spec.kind = kind;
+  spec.dtype = spec.out_dtype = spec.weight_dtype = dtype;
+  spec.has_weight = true;
+  spec.has_bias = kind == NormKind::LayerNormForward || kind == NormKind::LayerNormBackward;
+  spec.aligned = aligned;
+  return spec;
+}
+
+// A bf16 forward norm reading x through gelu_add_prologue.
+NormSpec forward_norm_with_prologue(NormKind kind, bool aligned) {
+  NormSpec spec = weighted_norm(kind, DType::BFloat16, aligned);
+  spec.prologue = gelu_add_prologue();
+  return spec;
+}
+
 TEST(CodegenNorm, ForwardNormsReadXThroughAPrologue) {
   std::vector<Case> cases;
   for (NormKind kind : {NormKind::LayerNormForward, NormKind::RmsNormForward}) {
     for (bool aligned : {true, false}) {
-      NormSpec spec;
-      spec.kind = kind;
-      spec.dtype = spec.out_dtype = spec.weight_dtype = DType::BFloat16;
-      spec.has_weight = true;
-      spec.has_bias = kind == NormKind::LayerNormForward;
-      spec.aligned = aligned;
-      spec.prologue = gelu_add_prologue();
+      const NormSpec spec = forward_norm_with_prologue(kind, aligned);
       ASSERT_EQ(validate(spec), "") << spec.to_string();
       EXPECT_NE(spec.to_string().find("prologue:"), std::string::npos);
       NormSpec plain = spec;
@@ -690,6 +702,32 @@ TEST(CodegenNorm, SoftmaxReadsXThroughAPrologueWithABroadcastInput) {
   expect_prologue_kernels_compile(cases);
 }
 
+TEST(CodegenNorm, AForwardNormStoresTheXItComputes) {
+  std::vector<Case> cases;
+  for (NormKind kind : {NormKind::LayerNormForward, NormKind::RmsNormForward}) {
+    for (bool aligned : {true, false}) {
+      NormSpec spec = forward_norm_with_prologue(kind, aligned);
+      spec.store_x = true;
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      EXPECT_NE(spec.to_string().find("store_x=1"), std::string::npos);
+      EmittedKernel kernel = emit_norm(spec);
+      for (const KernelEntry& e : kernel.entries) {
+        std::vector<std::string> names;
+        for (const KernelParam& p : e.params) names.push_back(p.name);
+        EXPECT_EQ(std::count(names.begin(), names.end(), "xout"), 1) << e.name;
+      }
+      EXPECT_NE(kernel.source.find("mb::store_compute<N>(xout + i, y0)"), std::string::npos);
+      cases.push_back({spec.to_string(), kernel});
+    }
+  }
+  expect_prologue_kernels_compile(cases);
+  NormSpec softmax;
+  softmax.dtype = softmax.out_dtype = softmax.weight_dtype = DType::BFloat16;
+  softmax.prologue = gelu_add_prologue();
+  softmax.store_x = true;
+  EXPECT_NE(validate(softmax).find("stores x"), std::string::npos) << validate(softmax);
+}
+
 TEST(CodegenNorm, ValidateExplainsPrologueRejections) {
   NormSpec s;
   s.kind = NormKind::LayerNormForward;
@@ -741,12 +779,7 @@ TEST(CodegenNorm, BackwardNormsHandGradInToAnEpilogue) {
   std::vector<Case> cases;
   for (NormKind kind : {NormKind::LayerNormBackward, NormKind::RmsNormBackward}) {
     for (bool aligned : {true, false}) {
-      NormSpec spec;
-      spec.kind = kind;
-      spec.dtype = spec.out_dtype = spec.weight_dtype = DType::Float32;
-      spec.has_weight = true;
-      spec.has_bias = kind == NormKind::LayerNormBackward;
-      spec.aligned = aligned;
+      NormSpec spec = weighted_norm(kind, DType::Float32, aligned);
       spec.epilogue = residual_sum_epilogue();
       ASSERT_EQ(validate(spec), "") << spec.to_string();
       EXPECT_NE(spec.to_string().find("epilogue:"), std::string::npos);

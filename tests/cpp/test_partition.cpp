@@ -387,8 +387,7 @@ TEST(NodeSet, MatchesStdSetThroughGrowthAndShrinking) {
           set.insert(x);
           reference.insert(x);
           break;
-        default:
-          ASSERT_EQ(set.contains(x), reference.count(x) > 0) << x;
+        default: ASSERT_EQ(set.contains(x), reference.count(x) > 0) << x;
       }
       ASSERT_EQ(set.size(), reference.size());
     }

@@ -175,6 +175,8 @@ std::vector<NamedGraph> graphs() {
       {"layer_norm", [](GraphBuilder& b) { layer_norm(b, BF16); }},
       {"rms_norm", [](GraphBuilder& b) { rms_norm_chain(b, BF16, true, true); }},
       {"norm_prologue", [](GraphBuilder& b) { elementwise_then_layer_norm(b, BF16, true, true); }},
+      {"norm_prologue_stored",
+       [](GraphBuilder& b) { elementwise_then_layer_norm(b, BF16, true, false); }},
       {"norm_epilogue", [](GraphBuilder& b) { layer_norm_backward_then_residual(b, true, true); }},
       {"linear_gelu", linear_gelu},
       {"flash_forward", flash_forward},

@@ -256,13 +256,23 @@ TEST(NormPlanner, LayerNormTakesItsElementwisePrologue) {
       << norms[0]->why;
 }
 
-TEST(NormPlanner, AProducerReadElsewhereIsNoPrologue) {
+// Note [A norm prologue read elsewhere]: x's producer, also a graph output,
+// joins alone and the kernel stores x.
+TEST(NormPlanner, AProducerReadElsewhereJoinsAndItsResultIsStored) {
   PlannedNorm planned;
   plan_elementwise_then_layer_norm(true, false, &planned);
   ASSERT_NE(planned.norm, nullptr);
-  EXPECT_FALSE(planned.norm->get<NormGroup>()->spec.prologue.has_value());
-  EXPECT_EQ(planned.norm->get<NormGroup>()->inputs.front().first, "x");
-  EXPECT_EQ(planned.norm->nodes, (std::vector<NodeId>{1}));
+  const NormGroup& g = *planned.norm->get<NormGroup>();
+  ASSERT_TRUE(g.spec.prologue.has_value());
+  EXPECT_TRUE(g.spec.store_x && g.general.store_x);
+  EXPECT_EQ(validate(g.spec), "");
+  EXPECT_EQ(planned.norm->nodes, (std::vector<NodeId>{0, 1}));
+  const auto xout = std::find_if(g.outputs.begin(), g.outputs.end(),
+                                 [](const auto& o) { return o.first == "xout"; });
+  ASSERT_NE(xout, g.outputs.end());
+  EXPECT_EQ(xout->second, planned.planned.graph.outputs().at(1).value) << planned.norm->why;
+  EXPECT_NE(planned.norm->why.find("also stored"), std::string::npos) << planned.norm->why;
+  EXPECT_TRUE(planned.planned.groups(KernelKind::Pointwise).empty());
 }
 
 TEST(NormPlanner, ABroadcastReadKeepsTheProducerApart) {
@@ -300,6 +310,20 @@ TEST(NormPlanner, SoftmaxTakesABroadcastAddAsItsPrologue) {
   EXPECT_EQ(names, (std::vector<std::string>{"in0", "in1"}));
   EXPECT_NE(norms[0]->why.find("with 1 prologue elementwise op"), std::string::npos)
       << norms[0]->why;
+}
+
+// Note [A norm prologue read elsewhere]: a sum that fuses with the multiply
+// before it stays in their pointwise kernel, which stores it for the norm.
+TEST(NormPlanner, AProducerFusedWithItsInputsIsNotTakenAlone) {
+  GraphBuilder b;
+  elementwise_then_layer_norm(b, DType::BFloat16, true, false, true);
+  const Planned planned = plan(b);
+  const auto norms = planned.groups(KernelKind::Norm);
+  ASSERT_EQ(norms.size(), 1u) << planned.plan.to_string();
+  EXPECT_FALSE(norms[0]->get<NormGroup>()->spec.store_x) << norms[0]->why;
+  const auto pointwise = planned.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u) << planned.plan.to_string();
+  EXPECT_EQ(pointwise[0]->nodes, (std::vector<NodeId>{0, 1}));
 }
 
 // The plan of relu_gradient_then_batch_norm_sums, as PlannedNorm.

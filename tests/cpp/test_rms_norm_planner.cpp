@@ -4,6 +4,7 @@
 // chains that are not one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <utility>
@@ -135,9 +136,10 @@ TEST(RmsNormPlanner, ABroadcastWeightIsNoWeight) {
   EXPECT_TRUE(q.groups(KernelKind::Norm).empty()) << q.plan.to_string();
 }
 
-// The square's cast of x returned too and shared with the mul: it runs
-// anyway, so the norm reads it (f32) and the cast back stays apart.
-TEST(RmsNormPlanner, AnUpcastReadElsewhereIsTheNormsInput) {
+// The square's cast of x returned too and shared with the mul: the norm
+// reads x and computes the cast as its prologue, storing the f32 upcast for
+// its other reader (Note [A norm prologue read elsewhere]).
+TEST(RmsNormPlanner, AnUpcastReadElsewhereIsComputedAndStoredByTheNorm) {
   RmsChain c;
   c.order = RmsOrder::Torch;
   c.split_casts = false;
@@ -149,7 +151,12 @@ TEST(RmsNormPlanner, AnUpcastReadElsewhereIsTheNormsInput) {
   EXPECT_EQ(g->spec.out_dtype, DType::Float32);
   EXPECT_TRUE(g->spec.has_weight);
   const ValueId upcast = p.graph.node(0).outputs[0];
-  EXPECT_EQ(g->inputs[0], (std::pair<std::string, ValueId>{"x", upcast}));
+  EXPECT_TRUE(g->spec.store_x);
+  EXPECT_EQ(g->inputs.back(),
+            (std::pair<std::string, ValueId>{"in0", p.graph.node(0).args[0].value}));
+  EXPECT_NE(std::find(g->outputs.begin(), g->outputs.end(),
+                      std::pair<std::string, ValueId>{"xout", upcast}),
+            g->outputs.end());
 }
 
 // Not an RMS norm, or not one the kernel computes as the chain does: no

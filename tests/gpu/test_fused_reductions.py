@@ -461,6 +461,27 @@ def test_shifted_window_bias_and_mask_join_the_softmax(dtype: torch.dtype) -> No
         error_ratio_check(got, lambda: fn(scores.double(), bias.double(), mask.double()), want)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(197, 768), (5, 33), (9, 20000)], ids=str)
+def test_a_residual_sum_read_elsewhere_is_stored_by_its_layer_norm(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """Note [A norm prologue read elsewhere]: the residual sum a pre-norm
+    block's next norm reads, and the next residual add too, is computed and
+    stored by the norm kernel (768 columns: the register path; 33: scalar
+    rows; 20000: the loop path, which stores each element twice)."""
+    a, r = _randn(*shape, dtype=dtype), _randn(*shape, dtype=dtype)
+    w, b = _randn(shape[-1], dtype=dtype), _randn(shape[-1], dtype=dtype)
+
+    def fn(a: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+        s = a + r
+        return torch.ops.aten.native_layer_norm(s, [shape[-1]], w, b, 1e-5)[0], s * 2
+
+    compiled = _check(fn, a, r, w, b, kind="norm", tol=TOL[dtype])
+    (norm,) = [k for k in compiled.report()["kernels"] if k["kind"] == "norm"]
+    assert "store_x=1" in norm["spec"], norm["spec"]
+
+
 @pytest.mark.parametrize("target", [BF16, F16])
 @pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
 def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:
