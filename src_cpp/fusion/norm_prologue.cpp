@@ -10,6 +10,67 @@
 
 namespace mybackend {
 
+namespace {
+
+// Note [A norm prologue read elsewhere]: the elementwise node computing x
+// (or the contiguous tensor x is a shape view of), when the norm may take it
+// alone; the kernel computes `computed` and stores it as `stored` (the same
+// elements: x or the tensor it views, whichever has readers outside).
+// producer -1 when none qualifies.
+struct StoredProducer {
+  NodeId producer = -1;
+  NodeId view = -1;  // the shape view between, or -1
+  ValueId computed = -1;
+  ValueId stored = -1;  // -1 when nothing outside reads the value
+};
+
+StoredProducer stored_producer(const GraphIndex& index,
+                               const std::function<bool(NodeId)>& available,
+                               const std::set<NodeId>& members, ValueId x) {
+  const Graph& graph = index.graph;
+  if (!likely_contiguous(graph.value(x).tensor)) return {};
+  ValueId computed = x, stored = x;
+  NodeId producer = graph.value(x).producer;
+  NodeId view = -1;
+  // Through one shape view of a contiguous tensor (Swin sums its residual
+  // on [B, H, W, C] and normalizes it as [B, H * W, C]): the same elements
+  // at the same offsets, so the kernel's loads and stores line up with the
+  // producer's. One of the two may have readers outside, not both.
+  if (producer >= 0 && ir_match::is_shape_view(graph.node(producer)) && available(producer) &&
+      members.count(producer) == 0) {
+    const NodeId shape_view = producer;
+    const ValueId source = ir_match::tensor_arg(graph, graph.node(shape_view), 0);
+    const bool x_inside = !index.used_outside(x, members);
+    if (source >= 0 && likely_contiguous(graph.value(source).tensor) &&
+        (x_inside || !index.used_outside(source, {shape_view}))) {
+      view = shape_view;
+      computed = source;
+      stored = x_inside ? source : x;
+      producer = graph.value(source).producer;
+    }
+  }
+  const std::string key = space_key(graph.value(computed).tensor);
+  if (producer < 0 || !available(producer) || members.count(producer) != 0 ||
+      !elementwise_of_space(graph, graph.node(producer), key))
+    return {};
+  // A producer fused with the elementwise ops before it would store only x;
+  // taken alone it makes them store their result for it.
+  for (NodeId q : index.producers[static_cast<std::size_t>(producer)]) {
+    const Node& before = graph.node(q);
+    if (available(q) && elementwise_of_space(graph, before, key) &&
+        !index.used_outside(before.outputs[0], {producer}))
+      return {};
+  }
+  std::set<NodeId> trial = members;
+  trial.insert(producer);
+  if (view >= 0) trial.insert(view);
+  if (!index.convex(trial)) return {};
+  if (!index.used_outside(stored, trial)) stored = -1;  // through a view, read by the norm alone
+  return {producer, view, computed, stored};
+}
+
+}  // namespace
+
 std::string take_norm_prologue(const GraphIndex& index,
                                const std::function<bool(NodeId)>& available, NormMatch* match) {
   const Graph& graph = index.graph;
@@ -30,37 +91,29 @@ std::string take_norm_prologue(const GraphIndex& index,
   std::set<NodeId> members(match->nodes.begin(), match->nodes.end());
   std::vector<NodeId> nodes = elementwise_prologue(index, x->second, available, members);
   // Note [A norm prologue read elsewhere]: x's own producer, read by others
-  // too, joins alone; the kernel stores x for them.
+  // too, joins alone (with the view between, if any); the kernel stores the
+  // producer's result for them.
   bool store_x = false;
+  ValueId computed = x->second;  // the value the prologue computes
+  ValueId stored = -1;           // what the kernel stores of it, if anything
+  std::vector<NodeId> views;
   if (nodes.empty() && read == "x" && !softmax) {
-    const TensorType& xt = graph.value(x->second).tensor;
-    const NodeId producer = graph.value(x->second).producer;
-    if (producer >= 0 && available(producer) && members.count(producer) == 0 &&
-        likely_contiguous(xt) && elementwise_of_space(graph, graph.node(producer), space_key(xt))) {
-      // A producer fused with the elementwise ops before it would store
-      // only x; taken alone it makes them store their result for it.
-      bool joins_its_inputs = false;
-      for (NodeId q : index.producers[static_cast<std::size_t>(producer)]) {
-        const Node& before = graph.node(q);
-        joins_its_inputs = joins_its_inputs ||
-                           (available(q) && elementwise_of_space(graph, before, space_key(xt)) &&
-                            !index.used_outside(before.outputs[0], {producer}));
-      }
-      std::set<NodeId> trial = members;
-      trial.insert(producer);
-      if (!joins_its_inputs && index.convex(trial)) {
-        nodes = {producer};
-        store_x = true;
-      }
+    const StoredProducer found = stored_producer(index, available, members, x->second);
+    if (found.producer >= 0) {
+      nodes = {found.producer};
+      computed = found.computed;
+      stored = found.stored;
+      if (found.view >= 0) views = {found.view};
+      store_x = stored >= 0;
     }
   }
   if (nodes.empty()) return {};
   PointwiseSpec prologue;
   std::vector<ValueId> reads;
-  if (std::string p = prologue_spec(graph, nodes, x->second, norm.spec.dtype, &prologue, &reads);
+  if (std::string p = prologue_spec(graph, nodes, computed, norm.spec.dtype, &prologue, &reads);
       !p.empty())
     return "prologue not taken: " + p;
-  const std::string rows = space_key(graph.value(x->second).tensor);
+  const std::string rows = space_key(graph.value(computed).tensor);
   // The batch-norm sums read every [rows, channels] tensor channels
   // innermost, copying one stored otherwise (batch_norm_kernel.cpp): a read
   // in another layout than the stored x would be a copy per call.
@@ -95,10 +148,12 @@ std::string take_norm_prologue(const GraphIndex& index,
   with.spec.prologue = prologue;
   with.general.prologue = prologue;
   with.spec.store_x = with.general.store_x = store_x;
-  if (store_x) with.outputs.push_back({"xout", x->second});
+  if (store_x) with.outputs.push_back({"xout", stored});
   with.inputs.erase(with.inputs.begin() + (x - norm.inputs.begin()));
   for (std::size_t k = 0; k < reads.size(); ++k)
     with.inputs.push_back({"in" + std::to_string(k), reads[k]});
+  nodes.insert(nodes.end(), views.begin(), views.end());
+  std::sort(nodes.begin(), nodes.end());
   const std::string taken = adopt_norm_part(std::move(with), nodes, "prologue", match);
   return store_x && taken.rfind("with ", 0) == 0 ? taken + ", its result also stored" : taken;
 }

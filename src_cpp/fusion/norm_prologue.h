@@ -26,7 +26,12 @@
 // back. A forward layer or RMS norm whose x has no elementwise producer to
 // itself takes x's producer alone (never the ops before it, whose values
 // the other readers may read too) and stores x as it computes it, to the
-// output "xout" (NormSpec::store_x): one launch and one read of x less. The
+// output "xout" (NormSpec::store_x): one launch and one read of x less.
+// The producer may sit behind one shape view of a contiguous tensor (Swin
+// sums on [B, H, W, C] and normalizes [B, H * W, C]): the same elements at
+// the same offsets. The view joins too, and the kernel stores whichever of
+// the sum and its view is read outside (not both); read by the norm alone,
+// the sum is a prologue that stores nothing. The
 // loop path for long rows computes x twice and stores the same value twice.
 // x must be contiguous, as the norm's outputs are. A producer that would
 // fuse with elementwise ops before it (a training step's dropout, then the

@@ -153,6 +153,25 @@ void elementwise_then_layer_norm(GraphBuilder& b, DType dtype, bool also_output,
   }
 }
 
+// Swin's residual sum: s = x + r over [2, 3, 64], viewed as [6, 64] for a
+// layer norm (Note [A norm prologue read elsewhere]); the sum is returned
+// too, or with `view_returned` its view instead.
+void residual_sum_viewed_then_layer_norm(GraphBuilder& b, bool view_returned = false) {
+  const TensorType t3 = tensor(DType::BFloat16, {2, 3, 64});
+  const TensorType t2 = tensor(DType::BFloat16, {6, 64});
+  const TensorType p = tensor(DType::BFloat16, {64});
+  ValueId x = b.add_input(out(t3, "x"));
+  ValueId r = b.add_input(out(t3, "r"));
+  ValueId w = b.add_input(out(p, "w"));
+  ValueId sum = node1(b, "aten::add.Tensor", {v(x), v(r), Argument::of_int(1)}, t3, "add");
+  ValueId rows = node1(b, "aten::view.default", {v(sum), ints({6, 64})}, t2, "view");
+  auto ln = b.add_node(
+      NodeKind::Aten, "aten::native_layer_norm.default",
+      {v(rows), ints({64}), v(w), v(w), Argument::of_float(1e-5)},
+      {out(t2), out(tensor(DType::Float32, {6, 1})), out(tensor(DType::Float32, {6, 1}))}, "ln");
+  b.set_outputs({v(ln[0]), v(view_returned ? rows : sum)});
+}
+
 // Attention scores plus a bias over [heads, N, N], broadcast over the batch,
 // then a softmax over the last dim (Note [Softmax prologues with broadcast
 // inputs]): scores [4, 2, 8, 8] bf16.

@@ -312,6 +312,28 @@ TEST(NormPlanner, SoftmaxTakesABroadcastAddAsItsPrologue) {
       << norms[0]->why;
 }
 
+// Note [A norm prologue read elsewhere] through a shape view: the kernel
+// stores whichever of the sum and its view is read outside.
+TEST(NormPlanner, AProducerReadThroughAViewIsStoredAsItsReadersSeeIt) {
+  for (bool view_returned : {false, true}) {
+    GraphBuilder b;
+    residual_sum_viewed_then_layer_norm(b, view_returned);
+    const Planned planned = plan(b);
+    const auto norms = planned.groups(KernelKind::Norm);
+    ASSERT_EQ(norms.size(), 1u) << planned.plan.to_string();
+    EXPECT_EQ(norms[0]->nodes, (std::vector<NodeId>{0, 1, 2})) << planned.plan.to_string();
+    const NormGroup& g = *norms[0]->get<NormGroup>();
+    EXPECT_TRUE(g.spec.store_x);
+    const ValueId stored = planned.graph.node(view_returned ? 1 : 0).outputs[0];
+    EXPECT_NE(std::find(g.outputs.begin(), g.outputs.end(),
+                        std::pair<std::string, ValueId>{"xout", stored}),
+              g.outputs.end())
+        << view_returned;
+    EXPECT_TRUE(planned.groups(KernelKind::Pointwise).empty()) << planned.plan.to_string();
+    EXPECT_TRUE(planned.groups(KernelKind::AtenSequence).empty()) << planned.plan.to_string();
+  }
+}
+
 // Note [A norm prologue read elsewhere]: a sum that fuses with the multiply
 // before it stays in their pointwise kernel, which stores it for the norm.
 TEST(NormPlanner, AProducerFusedWithItsInputsIsNotTakenAlone) {

@@ -482,6 +482,29 @@ def test_a_residual_sum_read_elsewhere_is_stored_by_its_layer_norm(
     assert "store_x=1" in norm["spec"], norm["spec"]
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("read", ["sum", "view"])
+def test_a_residual_sum_normalized_through_a_view_is_stored(read: str, dtype: torch.dtype) -> None:
+    """Note [A norm prologue read elsewhere] through a shape view: Swin sums
+    its residual on [B, H, W, C] and normalizes the [B, H * W, C] view, which
+    the next residual add reads too; the norm kernel computes the sum and
+    stores it as the other reader sees it (the sum, or its view)."""
+    a, r = _randn(2, 14, 14, 96, dtype=dtype), _randn(2, 14, 14, 96, dtype=dtype)
+    w, b = _randn(96, dtype=dtype), _randn(96, dtype=dtype)
+
+    def fn(a: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+        s = a + r
+        rows = s.view(2, 196, 96)
+        y = torch.ops.aten.native_layer_norm(rows, [96], w, b, 1e-5)[0]
+        return y, (s if read == "sum" else rows) * 2
+
+    compiled = _check(fn, a, r, w, b, kind="norm", tol=TOL[dtype])
+    kernels = compiled.report()["kernels"]
+    (norm,) = [k for k in kernels if k["kind"] == "norm"]
+    assert "store_x=1" in norm["spec"], norm["spec"]
+    assert [k["kind"] for k in kernels].count("aten_sequence") == 0, kernels
+
+
 @pytest.mark.parametrize("target", [BF16, F16])
 @pytest.mark.parametrize("shape", [(4, 3, 768), (5, 33), (2, 4096), (1, 65536)], ids=str)
 def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:

@@ -153,8 +153,13 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   }
   if (!device) return fail("the group reads no tensor");
   for (const auto& [name, t] : tensors) {
-    if (norm_reads_rows(name) && t.sizes() != c10::IntArrayRef(*shape))
-      return fail(name + " does not have the compiled shape");
+    if (!norm_reads_rows(name)) continue;
+    // A prologue's dense input may have the shape of a tensor x is a view
+    // of (Note [A norm prologue read elsewhere]): contiguous, it lists the
+    // same elements in the same order.
+    const bool same = norm_prologue_input(name) >= 0 ? t.numel() == rows * cols
+                                                      : t.sizes() == c10::IntArrayRef(*shape);
+    if (!same) return fail(name + " does not have the compiled shape");
   }
   for (const char* name : {"weight", "bias"}) {
     auto it = tensors.find(name);
