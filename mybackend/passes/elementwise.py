@@ -1,12 +1,31 @@
-"""Which FX nodes the graph rewrites before lowering treat as elementwise."""
+"""Which FX nodes the graph rewrites before lowering treat as elementwise,
+and as shape views."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.fx
 
 aten = torch.ops.aten
 prims = torch.ops.prims
+
+# The ops that only reshape their input (a view, never a copy, of a
+# tensor whose strides allow it).
+SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def has_static_layout(value: Any) -> bool:
+    """A FakeTensor whose sizes and strides are all plain ints."""
+    return isinstance(value, torch.Tensor) and all(
+        type(s) is int for s in (*value.shape, *value.stride())
+    )
+
+
+def is_static_contiguous(value: Any) -> bool:
+    """A contiguous FakeTensor of static sizes and strides."""
+    return has_static_layout(value) and value.is_contiguous()
 
 
 def is_pointwise(node: torch.fx.Node) -> bool:

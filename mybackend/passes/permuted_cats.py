@@ -36,10 +36,10 @@ import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
+from mybackend.passes.elementwise import SHAPE_VIEWS
 from mybackend.passes.fake_prop import call_with_value as _call
 
 aten = torch.ops.aten
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def write_permuted_cats(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
@@ -91,7 +91,7 @@ def _concatenation(
     permute, or a stack view of one."""
     if not isinstance(node, torch.fx.Node) or len(node.users) != 1:
         return None
-    stacked = node.target in _VIEWS
+    stacked = node.target in SHAPE_VIEWS
     cat = node.args[0] if stacked else node
     if not isinstance(cat, torch.fx.Node) or cat.target is not aten.cat.default:
         return None

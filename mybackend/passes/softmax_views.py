@@ -29,40 +29,29 @@ tensor with the same last dim. The softmax must not be a graph output
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
+from mybackend.passes.elementwise import SHAPE_VIEWS, is_static_contiguous
 from mybackend.passes.fake_prop import call_with_value
 from mybackend.passes.hoist import returned_nodes
 
 aten = torch.ops.aten
 _SOFTMAXES = (aten._softmax.default, aten._log_softmax.default)
-_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-
-def _static_contiguous(value: Any) -> bool:
-    return (
-        isinstance(value, torch.Tensor)
-        and value.dim() >= 1
-        and all(type(s) is int for s in (*value.shape, *value.stride()))
-        and value.is_contiguous()
-    )
 
 
 def _viewed_softmax(node: torch.fx.Node) -> torch.fx.Node | None:
     """The tensor a last-dim softmax's input views, when the softmax can run
     on it instead (Note [Softmaxes before their views])."""
     view = node.args[0]
-    if not isinstance(view, torch.fx.Node) or view.target not in _SHAPE_VIEWS:
+    if not isinstance(view, torch.fx.Node) or view.target not in SHAPE_VIEWS:
         return None
     source = view.args[0]
     if not isinstance(source, torch.fx.Node):
         return None
     before, after = source.meta.get("val"), view.meta.get("val")
-    if not (_static_contiguous(before) and _static_contiguous(after)):
+    if not (is_static_contiguous(before) and is_static_contiguous(after)) or after.dim() == 0:
         return None
     if before.device.type != "cuda" or before.shape[-1] != after.shape[-1]:
         return None

@@ -30,24 +30,16 @@ recomputed; where the new strides do not allow it the node stays as it is.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
+from mybackend.passes.elementwise import SHAPE_VIEWS, has_static_layout
 from mybackend.passes.fake_prop import call_with_value
 from mybackend.passes.hoist import returned_nodes
 
 aten = torch.ops.aten
 _PRODUCTS = (aten.bmm.default, aten.mm.default)
-_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-
-def _static(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and all(
-        type(s) is int for s in (*value.shape, *value.stride())
-    )
 
 
 def _transposing_copy(clone: torch.fx.Node) -> bool:
@@ -56,7 +48,9 @@ def _transposing_copy(clone: torch.fx.Node) -> bool:
     if not isinstance(source, torch.fx.Node):
         return False
     before, after = source.meta.get("val"), clone.meta.get("val")
-    if not (_static(before) and _static(after)) or before.dim() < 2 or before.device.type != "cuda":
+    if not (has_static_layout(before) and has_static_layout(after)):
+        return False
+    if before.dim() < 2 or before.device.type != "cuda":
         return False
     if not after.is_contiguous() or min(before.shape[-2:]) < 2:
         return False
@@ -72,7 +66,7 @@ def _product_reader(clone: torch.fx.Node) -> torch.fx.Node | None:
     reader = users[0]
     if reader.target in _PRODUCTS:
         return clone
-    if reader.target not in _SHAPE_VIEWS or len(reader.users) != 1:
+    if reader.target not in SHAPE_VIEWS or len(reader.users) != 1:
         return None
     if next(iter(reader.users)).target not in _PRODUCTS:
         return None

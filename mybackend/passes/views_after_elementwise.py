@@ -32,31 +32,20 @@ same holds for the operands.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
-from mybackend.passes.elementwise import is_elementwise
+from mybackend.passes.elementwise import SHAPE_VIEWS, is_elementwise, is_static_contiguous
 from mybackend.passes.fake_prop import call_with_value
 from mybackend.passes.hoist import returned_nodes
 
 aten = torch.ops.aten
-_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 _SOFTMAXES = (aten._softmax.default, aten._log_softmax.default)
 
 
 def _pointwise(node: torch.fx.Node) -> bool:
     return is_elementwise(node) and isinstance(node.meta.get("val"), torch.Tensor)
-
-
-def _static_contiguous(value: Any) -> bool:
-    return (
-        isinstance(value, torch.Tensor)
-        and all(type(s) is int for s in (*value.shape, *value.stride()))
-        and value.is_contiguous()
-    )
 
 
 def _groups(before: list[int], after: list[int]) -> list[tuple[list[int], list[int]]] | None:
@@ -123,7 +112,7 @@ def _rewrite(graph: torch.fx.Graph, view: torch.fx.Node, returned: set[torch.fx.
     if len(op.users) != 1:
         return False
     before_value, after_value = op.meta["val"], view.meta.get("val")
-    if not (_static_contiguous(before_value) and _static_contiguous(after_value)):
+    if not (is_static_contiguous(before_value) and is_static_contiguous(after_value)):
         return False
     if before_value.device.type != "cuda":
         return False
@@ -179,7 +168,7 @@ def move_elementwise_past_views(gm: torch.fx.GraphModule, *, recompile: bool = T
     while changed:
         changed = False
         for view in [
-            n for t in _SHAPE_VIEWS for n in graph.find_nodes(op="call_function", target=t)
+            n for t in SHAPE_VIEWS for n in graph.find_nodes(op="call_function", target=t)
         ]:
             if view in returned or len(view.users) != 1:
                 continue

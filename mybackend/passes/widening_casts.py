@@ -50,10 +50,9 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from mybackend.passes.elementwise import is_dtype_cast, is_pointwise
+from mybackend.passes.elementwise import SHAPE_VIEWS, is_dtype_cast, is_pointwise
 
 aten = torch.ops.aten
-_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def split_widening_casts(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
@@ -113,7 +112,7 @@ def cast_after_views(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int
             continue
         [view] = cast.users
         source = cast.args[0]
-        if view.target not in _SHAPE_VIEWS or view.args[0] is not cast or view.kwargs:
+        if view.target not in SHAPE_VIEWS or view.args[0] is not cast or view.kwargs:
             continue
         if not source.meta["val"].is_contiguous():
             continue  # the cast's copy made it viewable; the source may not be

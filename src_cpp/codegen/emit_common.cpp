@@ -282,11 +282,11 @@ std::string body_function(const PointwiseSpec& spec, std::string_view name) {
 }
 
 std::string dense_vec_member(const PointwiseSpec& spec, const std::string& ptr_prefix,
-                             std::string_view body) {
+                             std::string_view body, std::string_view name) {
   const std::vector<bool> used = used_inputs(spec);
   std::ostringstream src;
-  src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
-         "const {\n";
+  src << "  template <int N>\n  __device__ __forceinline__ void " << name
+      << "(const I i, Value (&y0)[N]) const {\n";
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string x = "x" + std::to_string(k);
     src << "    " << compute_type(spec.inputs[k].dtype) << " " << x << "[N];\n";

@@ -54,12 +54,13 @@ std::string body_call_args(const PointwiseSpec& spec, const std::string& in_pref
 // Inputs read by some Load instruction (unused inputs are never loaded).
 std::vector<bool> used_inputs(const PointwiseSpec& spec);
 
-// The member `template <int N> void vec(const I i, Value (&y0)[N]) const` of
-// a Load functor over dense inputs `<ptr_prefix><k>` (16-byte aligned at i
-// when N > 1): loads N elements of each used input and calls `body` (a
-// body_function of `spec`) on each, output 0 into y0.
+// The member `template <int N> void <name>(const I i, Value (&y0)[N]) const`
+// (name "vec" by default) of a Load functor over dense inputs
+// `<ptr_prefix><k>` (16-byte aligned at i when N > 1): loads N elements of
+// each used input and calls `body` (a body_function of `spec`) on each,
+// output 0 into y0.
 std::string dense_vec_member(const PointwiseSpec& spec, const std::string& ptr_prefix,
-                             std::string_view body);
+                             std::string_view body, std::string_view name = "vec");
 
 // The same loads in two steps, for kernels that keep several rows in flight
 // at storage width (Note [Loads in flight at storage width] in

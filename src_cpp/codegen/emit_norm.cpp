@@ -187,11 +187,8 @@ std::string prologue_load_struct(const NormSpec& spec) {
   } else {
     // Note [A norm prologue read elsewhere]: each element is stored as it
     // is computed (twice on the loop path, the same value).
-    std::string computed = emit::dense_vec_member(prologue, "in", "mb_prologue");
-    const std::string head = "void vec(";
-    computed.replace(computed.find(head), head.size(), "void computed(");
     src << "  " << storage_type(prologue.outputs[0].tensor.dtype) << "* __restrict__ xout;\n"
-        << computed
+        << emit::dense_vec_member(prologue, "in", "mb_prologue", "computed")
         << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
            "const {\n    computed<N>(i, y0);\n    mb::store_compute<N>(xout + i, y0);\n  }\n";
   }

@@ -93,20 +93,13 @@ std::string take_norm_prologue(const GraphIndex& index,
   // Note [A norm prologue read elsewhere]: x's own producer, read by others
   // too, joins alone (with the view between, if any); the kernel stores the
   // producer's result for them.
-  bool store_x = false;
-  ValueId computed = x->second;  // the value the prologue computes
-  ValueId stored = -1;           // what the kernel stores of it, if anything
-  std::vector<NodeId> views;
+  StoredProducer found;
   if (nodes.empty() && read == "x" && !softmax) {
-    const StoredProducer found = stored_producer(index, available, members, x->second);
-    if (found.producer >= 0) {
-      nodes = {found.producer};
-      computed = found.computed;
-      stored = found.stored;
-      if (found.view >= 0) views = {found.view};
-      store_x = stored >= 0;
-    }
+    found = stored_producer(index, available, members, x->second);
+    if (found.producer >= 0) nodes = {found.producer};
   }
+  const ValueId computed = found.producer >= 0 ? found.computed : x->second;
+  const bool store_x = found.stored >= 0;
   if (nodes.empty()) return {};
   PointwiseSpec prologue;
   std::vector<ValueId> reads;
@@ -148,14 +141,14 @@ std::string take_norm_prologue(const GraphIndex& index,
   with.spec.prologue = prologue;
   with.general.prologue = prologue;
   with.spec.store_x = with.general.store_x = store_x;
-  if (store_x) with.outputs.push_back({"xout", stored});
+  if (store_x) with.outputs.push_back({"xout", found.stored});
   with.inputs.erase(with.inputs.begin() + (x - norm.inputs.begin()));
   for (std::size_t k = 0; k < reads.size(); ++k)
     with.inputs.push_back({"in" + std::to_string(k), reads[k]});
-  nodes.insert(nodes.end(), views.begin(), views.end());
+  if (found.view >= 0) nodes.push_back(found.view);
   std::sort(nodes.begin(), nodes.end());
   const std::string taken = adopt_norm_part(std::move(with), nodes, "prologue", match);
-  return store_x && taken.rfind("with ", 0) == 0 ? taken + ", its result also stored" : taken;
+  return match->group->spec.store_x ? taken + ", its result also stored" : taken;
 }
 
 }  // namespace mybackend

@@ -149,8 +149,8 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
       t = t.contiguous();  // offsets are computed from non-negative strides
     t = t.expand(*shape);
     dims["stride_" + name] = t.strides().vec();
-    dims["shape"] = *shape;
   }
+  if (!dims.empty()) dims["shape"] = *shape;
   if (!device) return fail("the group reads no tensor");
   for (const auto& [name, t] : tensors) {
     if (!norm_reads_rows(name)) continue;
@@ -158,7 +158,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     // of (Note [A norm prologue read elsewhere]): contiguous, it lists the
     // same elements in the same order.
     const bool same = norm_prologue_input(name) >= 0 ? t.numel() == rows * cols
-                                                      : t.sizes() == c10::IntArrayRef(*shape);
+                                                     : t.sizes() == c10::IntArrayRef(*shape);
     if (!same) return fail(name + " does not have the compiled shape");
   }
   for (const char* name : {"weight", "bias"}) {
@@ -193,7 +193,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     if (norm_strided_input(g.spec, name)) {
       std::int64_t last = 0;
       for (std::size_t d = 0; d < shape->size(); ++d)
-        last += ((*shape)[d] - 1) * std::max<std::int64_t>(t.stride(static_cast<int64_t>(d)), 0);
+        last += ((*shape)[d] - 1) * t.stride(static_cast<int64_t>(d));
       aligned = aligned && last < kIndex32Limit;
     } else {
       aligned = aligned && aligned16(t);
