@@ -99,7 +99,11 @@ def as_cuda() -> Iterator[None]:
     devices = ("cpu", "cuda")
     with contextlib.ExitStack() as patches:
         for module, name, value in (
-            (aot, "decomposition_table", lambda *args: decomposition_table()),  # CUDA's table
+            (
+                aot,
+                "decomposition_table",
+                lambda *args, **kwargs: decomposition_table(),
+            ),  # CUDA's table
             (batch_norm, "REWRITTEN_DEVICES", devices),
             (
                 pipeline,

@@ -19,6 +19,7 @@ import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions
 
 from mybackend.ops.batch_norm import batch_norm_backward, batch_norm_training
+from mybackend.ops.group_norm import group_norm
 
 aten = torch.ops.aten
 
@@ -57,40 +58,53 @@ def batch_norm_inference(
     momentum: float,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``_native_batch_norm_legit_no_training`` as per-channel elementwise ops.
+    """``_native_batch_norm_legit_no_training`` as elementwise ops.
 
     Added to the core table: so written, inference batch norm fuses with the
     ReLU and residual add after it into one generated kernel; whole, it is
-    three ATen kernels per layer. Math in fp32 as eager's kernels do (as
-    x·scale + shift, which rounds differently from eager's (x - mean)·invstd·w
-    + b by an ulp of fp32, far below the output's precision); the two
-    statistics outputs are empty, as eager's are outside training. (Torch's
-    own decomposition goes through the mutating ``_native_batch_norm_legit``,
-    which aot_autograd's functional graphs cannot hold.)
+    three ATen kernels per layer. Math in fp32 as eager's kernels do,
+    ``(x - mean) * invstd * weight + bias``; the two statistics outputs are
+    empty, as eager's are outside training. (Torch's own decomposition goes
+    through the mutating ``_native_batch_norm_legit``, which aot_autograd's
+    functional graphs cannot hold.)
+
+    Note [Per-channel work inside the activation's kernel]
+    Every parameter is viewed to [1, C, 1, ...] before it is cast or used,
+    so the only per-channel ops are ``rsqrt(var + eps)`` and the casts, at
+    the broadcast shape: the pointwise planner computes them inside the
+    activation's kernel (Note [Broadcast producers inlined] in
+    src_cpp/fusion/pointwise_planner.h). Written as a per-channel scale and
+    shift on [C] first, they were two launches per layer of their own
+    (ResNet-18 at batch 1 under CUDA graphs: 40 launches, 52 of 309 us;
+    MobileNet-v3: 92 launches, 101 of 481 us), since a [C] value viewed
+    to [1, C, 1, 1] does not broadcast to [N, C, H, W] as it stands. With
+    ``hoist_parameter_work`` the per-channel ops still read parameters
+    only, and are computed once (Note [Hoisted parameter work]).
     """
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     compute = torch.promote_types(x.dtype, torch.float32)
-    # Per-channel scale and shift first: they read parameters and buffers
-    # only, so inference graphs compute them once (Note [Hoisted parameter
-    # work]) and the activation sees one multiply-add.
-    scale = torch.rsqrt(running_var.to(compute) + eps)
+
+    def per_channel(t: torch.Tensor) -> torch.Tensor:
+        return t.view(shape).to(compute)
+
+    out = (x.to(compute) - per_channel(running_mean)) * torch.rsqrt(per_channel(running_var) + eps)
     if weight is not None:
-        scale = scale * weight.to(compute)
-    shift = -running_mean.to(compute) * scale
+        out = out * per_channel(weight)
     if bias is not None:
-        shift = shift + bias.to(compute)
-    out = x.to(compute) * scale.view(shape) + shift.view(shape)
+        out = out + per_channel(bias)
     empty = x.new_zeros((0,), dtype=compute)
     return out.to(x.dtype), empty, empty.clone()
 
 
-# The training batch-norm ones return NotImplemented where they do not apply
-# (Note [Training batch norm] in batch_norm.py): aot_autograd then keeps the
-# op whole.
+# The training batch-norm ones and group norm return NotImplemented where
+# they do not apply (Note [Training batch norm] in batch_norm.py, Note
+# [Group-norm statistics] in group_norm.py): aot_autograd then keeps the op
+# whole.
 ADDED: dict[Any, Callable[..., Any]] = {
     aten._native_batch_norm_legit_no_training.default: batch_norm_inference,
     aten._native_batch_norm_legit_functional.default: batch_norm_training,
     aten.native_batch_norm_backward.default: batch_norm_backward,
+    aten.native_group_norm.default: group_norm,
 }
 
 
@@ -107,17 +121,25 @@ ADDED: dict[Any, Callable[..., Any]] = {
 # no torch decomposition: aot_autograd needs none (it functionalizes
 # mutating ops itself, and CompositeImplicitAutograd ops decompose in the
 # dispatcher whatever the table says), and the lowering takes any ATen
-# overload. Only the training batch-norm entries stay, which decline unless
-# their device is in batch_norm.REWRITTEN_DEVICES (CUDA): on the CPU the ops
-# stay whole as well, and tests that widen REWRITTEN_DEVICES still run the
-# rewrite's path there. Inference batch norm stays whole too (as
+# overload. Only the training batch-norm and the group-norm entries stay,
+# which decline unless their device is in batch_norm.REWRITTEN_DEVICES
+# (CUDA): on the CPU the ops stay whole as well, and tests that widen
+# REWRITTEN_DEVICES still run the rewrite's path there. Inference batch norm stays whole too (as
 # x*scale + shift it rounds differently from eager by an ulp, and hoisting
 # its per-channel work saves nothing measurable on the CPU). A graph with
 # any CUDA tensor, or with none at all, gets the full table.
 CPU_TABLE: dict[Any, Callable[..., Any]] = {
     aten._native_batch_norm_legit_functional.default: batch_norm_training,
     aten.native_batch_norm_backward.default: batch_norm_backward,
+    aten.native_group_norm.default: group_norm,
 }
+
+
+@cache
+def _table_without_group_norm() -> dict[Any, Callable[..., Any]]:
+    table = dict(_full_table())
+    del table[aten.native_group_norm.default]
+    return table
 
 
 @cache
@@ -128,16 +150,20 @@ def _full_table() -> dict[Any, Callable[..., Any]]:
 
 
 def decomposition_table(
-    example_inputs: Sequence[Any] | None = None, gm: torch.fx.GraphModule | None = None
+    example_inputs: Sequence[Any] | None = None,
+    gm: torch.fx.GraphModule | None = None,
+    group_norm_kernel: bool = True,
 ) -> dict[Any, Callable[..., Any]]:
     """The table for a graph: CPU_TABLE when its tensors (example inputs,
     parameters and buffers, the values dynamo recorded on its nodes) are all
     on the CPU (Note [Eager's kernels on the CPU]); otherwise, and without
     arguments, core-ATen's decompositions minus the ops in KEPT_WHOLE, plus
-    ADDED."""
+    ADDED. Without ``group_norm_kernel`` (graphs compiled without CUDA
+    graphs: Note [Group-norm statistics under CUDA graphs]) group norm stays
+    whole."""
     if example_inputs is not None and graph_devices(example_inputs, gm) == {"cpu"}:
         return CPU_TABLE
-    return _full_table()
+    return _full_table() if group_norm_kernel else _table_without_group_norm()
 
 
 def graph_devices(

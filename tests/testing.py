@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def use_cuda_decompositions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Traces CPU graphs with the table CUDA graphs get: CPU graphs keep
     ATen's ops whole (Note [Eager's kernels on the CPU]), and tests of
     rewrites meant for CUDA graphs need the decomposed ops there too."""
-    monkeypatch.setattr(mybackend.aot, "decomposition_table", lambda *args: decomposition_table())
+    monkeypatch.setattr(
+        mybackend.aot, "decomposition_table", lambda *args, **kwargs: decomposition_table()
+    )
 
 
 def error_ratio_check(
@@ -151,3 +154,32 @@ def fake_graph(
     with FakeTensorMode(allow_non_fake_inputs=True):
         inputs = [torch.empty(s, device=device) for s in shapes]
         return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def training_steps_match_eager(
+    eager: torch.nn.Module,
+    shape: Sequence[int],
+    steps: int = 2,
+    memory_format: torch.memory_format | None = None,
+) -> torch.nn.Module:
+    """Trains a compiled copy of `eager` (strict) beside it for `steps` calls
+    on new inputs of `shape`: outputs and input gradients match at every
+    step, parameter gradients at the end. Returns the compiled copy."""
+    compiled_module = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_module, backend="mybackend", options={"strict": True})
+    for step in range(steps):
+        x = torch.randn(tuple(shape)) * 3 + step
+        if memory_format is not None:
+            x = x.to(memory_format=memory_format)
+        x_eager, x_compiled = x.clone().requires_grad_(), x.clone().requires_grad_()
+        grad = torch.randn(tuple(shape))
+        y_eager, y_compiled = eager(x_eager), compiled(x_compiled)
+        y_eager.backward(grad)
+        y_compiled.backward(grad)
+        torch.testing.assert_close(y_compiled, y_eager)
+        torch.testing.assert_close(x_compiled.grad, x_eager.grad)
+    for (name, p_eager), p_compiled in zip(
+        eager.named_parameters(), compiled_module.parameters(), strict=True
+    ):
+        torch.testing.assert_close(p_compiled.grad, p_eager.grad, msg=name)
+    return compiled_module

@@ -5,6 +5,8 @@ them into a graph:
   (Note [Fused cross-entropy]),
 - ``batch_norm``: ``mybackend::batch_norm_stats`` / ``_backward_reduce``,
   reached through the decomposition table (Note [Training batch norm]),
+- ``group_norm``: ``mybackend::group_norm_stats``, reached through the
+  decomposition table (Note [Group-norm statistics]),
 - ``attention_masks``: SDPA masks made readable by fused attention kernels
   (Note [Attention masks with a broadcast last dim]).
 

@@ -33,6 +33,8 @@ void register_normalization_ops(CapabilityRegistry& registry) {
        {"mybackend::cross_entropy_forward.default", "mybackend::cross_entropy_backward.default"}) {
     registry.add(op, OpClass::Normalization, cross_entropy);
   }
+  // mybackend/ops/group_norm.py: either layout, statistics in x's dtype and fp32.
+  registry.add("mybackend::group_norm_stats.default", OpClass::Normalization, floating);
   // mybackend/ops/batch_norm.py: channels-last activations, fp32 per-channel results.
   auto batch_norm = predicates::all_of(
       {predicates::tensors_with_dtypes({DType::Float16, DType::BFloat16, DType::Float32}),

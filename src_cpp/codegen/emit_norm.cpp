@@ -112,7 +112,7 @@ Names names_of(const NormSpec& spec) {
   // Batch norm's reductions read x and grad_out (of x's dtype) by vectors
   // of x's width, a prologue's inputs by as many elements (a bool mask:
   // 8 bytes to bf16's 16); their fp32 results are per channel.
-  if (is_batch_norm(spec.kind)) dtypes = {spec.dtype};
+  if (is_channel_reduction(spec.kind)) dtypes = {spec.dtype};
   n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
   n.chunks = spec.tuning.norm_vec_per_thread;
   return n;
@@ -440,6 +440,31 @@ std::string batch_norm_entries(const NormSpec& spec, const Names& n, Entry& part
                             : std::string("mb::batch_norm_backward_totals<I>"));
 }
 
+// Group norm's statistics (Note [Group-norm units] in
+// device/mb_group_norm.cuh): batch norm's chunk stage per image, then a block
+// per unit.
+std::string group_norm_entries(const NormSpec& spec, const Names& n, Entry& partials,
+                               Entry& totals) {
+  partials.pointer(n.t, "x", true);
+  partials.pointer("mb::Welford<float>", "partials", false);
+  for (const char* name : {"rows", "cols", "splits", "images"}) partials.int64(name);
+  totals.pointer("mb::Welford<float>", "partials", true);
+  totals.pointer(n.w, "mean", false);
+  totals.pointer(n.w, "rstd", false);
+  totals.pointer("float", "channel_mean", false);
+  totals.pointer("float", "channel_rstd", false);
+  for (const char* name :
+       {"cols", "splits", "units_per_image", "unit_cols", "units", "group_channels"})
+    totals.int64(name);
+  totals.float64("eps");
+  partials.abi.elements_per_thread = n.vec;
+  partials.min_blocks = spec.tuning.bn_min_blocks;
+  return partials.write("mb::group_norm_stats_partials<" + n.t + ", I, " + std::to_string(n.vec) +
+                        ", " + std::to_string(spec.tuning.bn_row_unroll) + ", " +
+                        std::to_string(spec.tuning.bn_max_lanes) + ">") +
+         "\n" + totals.write("mb::group_norm_stats_totals<" + n.w + ", I>");
+}
+
 // Backward norms have one entry point for grad_in (block per row) and, when
 // the weight/bias grads are asked for, two more that reduce over rows in
 // chunks (Note [Split parameter grads] in device/mb_norm.cuh).
@@ -479,7 +504,8 @@ std::string backward_entries(const NormSpec& spec, const Names& n, Entry& e, Ent
 
 const char* device_header(NormKind kind) {
   if (is_cross_entropy(kind)) return "mb_cross_entropy.cuh";
-  if (is_batch_norm(kind)) return "mb_batch_norm.cuh";
+  if (kind == NormKind::GroupNormStats) return "mb_group_norm.cuh";
+  if (is_channel_reduction(kind)) return "mb_batch_norm.cuh";
   return "mb_norm.cuh";
 }
 
@@ -542,12 +568,21 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       totals.abi.block_y = 1;
       entries = batch_norm_entries(spec, n, main, totals);
       break;
+    case NormKind::GroupNormStats:
+      main.abi.name = base + "_partials";
+      main.abi.block_x = 256;  // kChannelBlock
+      totals.abi.name = base + "_totals";
+      totals.abi.block_x = 1024;  // kTotalsBlock: a block per (sample, group)
+      totals.abi.block_y = 1;
+      entries = group_norm_entries(spec, n, main, totals);
+      break;
   }
   std::ostringstream src;
   src << emit::comment_block(spec.to_string())
       << emit::approx_math_define(emit::approx_math_level(stored_dtypes(spec))) << "#include \""
       << device_header(spec.kind) << "\"\n\n"
-      << (partials.abi.params.empty() && !is_batch_norm(spec.kind) ? "" : outer_tile_assert())
+      << (partials.abi.params.empty() && !is_channel_reduction(spec.kind) ? ""
+                                                                          : outer_tile_assert())
       << "typedef " << emit::index_type(spec.index64) << " I;\n\n"
       << (!spec.prologue                  ? std::string()
           : is_softmax_forward(spec.kind) ? prologue_row_load_struct(spec)
@@ -555,7 +590,7 @@ EmittedKernel emit_norm(const NormSpec& spec) {
       << (spec.epilogue ? epilogue_store_struct(spec) : std::string()) << entries;
   EmittedKernel kernel{src.str(), {main.abi}};
   if (!wide.abi.name.empty()) kernel.entries.push_back(wide.abi);
-  if (is_batch_norm(spec.kind)) kernel.entries.push_back(totals.abi);
+  if (is_channel_reduction(spec.kind)) kernel.entries.push_back(totals.abi);
   if (!partials.abi.params.empty()) {
     kernel.entries.push_back(partials.abi);
     kernel.entries.push_back(totals.abi);

@@ -33,6 +33,7 @@ set(_mb_device_headers
   mb_norm.cuh
   mb_cross_entropy.cuh
   mb_batch_norm.cuh
+  mb_group_norm.cuh
   mb_cast_table.cuh
   mb_cast_group.cuh
   mb_pool.cuh)

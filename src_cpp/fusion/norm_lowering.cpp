@@ -8,6 +8,8 @@
 #include "spec/launch_tuning.h"
 
 namespace mybackend {
+
+constexpr const char* kGroupNormStats = "mybackend::group_norm_stats.default";
 namespace {
 
 const Argument& arg_at(const Node& node, std::size_t i) {
@@ -214,6 +216,33 @@ std::string match_batch_norm(const Graph& graph, const Node& node, NormMatch* ou
     g.inputs.push_back({"invstd", node.args[3].value});
     g.outputs = {{"grad_bias", node.outputs[0]}, {"grad_weight", node.outputs[1]}};
   }
+  return finish(g, {node.id}, out);
+}
+
+// mybackend::group_norm_stats(x, groups, eps) -> (mean, rstd, channel_mean,
+// channel_rstd) (mybackend/ops/group_norm.py, Note [Group-norm statistics]).
+// x is [N, C, spatial...], channels-last or contiguous (the launch reads
+// either; another layout runs the op's ATen implementation).
+std::string match_group_norm(const Graph& graph, const Node& node, NormMatch* out) {
+  const TensorType* x = tensor_arg(graph, node, 0);
+  if (x == nullptr || node.outputs.size() != 4u) return "unexpected arguments";
+  if (x->rank() < 2) return "group norm over fewer than 2 dims";
+  if (std::string p = tensor_problem(*x, x->device, "the input"); !p.empty()) return p;
+  if (x->dtype == DType::Float64) return "fp64 group norm runs as ATen";
+  const Argument& eps = arg_at(node, 2);
+  if (eps.kind != Argument::Kind::Float) return "eps is not a constant";
+  NormGroup g;
+  g.rows_of = node.args[0].value;
+  g.spec.kind = NormKind::GroupNormStats;
+  g.spec.dtype = x->dtype;
+  g.spec.out_dtype = DType::Float32;
+  g.spec.weight_dtype = x->dtype;
+  g.eps = eps.f;
+  g.inputs = {{"x", node.args[0].value}};
+  g.outputs = {{"mean", node.outputs[0]},
+               {"rstd", node.outputs[1]},
+               {"channel_mean", node.outputs[2]},
+               {"channel_rstd", node.outputs[3]}};
   return finish(g, {node.id}, out);
 }
 
@@ -569,7 +598,7 @@ bool is_norm_anchor(const std::string& op) {
          op == "aten::_log_softmax_backward_data.default" ||
          op == "aten::native_layer_norm.default" ||
          op == "aten::native_layer_norm_backward.default" || is_cross_entropy_op(op) ||
-         is_batch_norm_op(op);
+         is_batch_norm_op(op) || op == kGroupNormStats;
 }
 
 bool is_batch_norm_op(const std::string& op) {
@@ -640,6 +669,8 @@ std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partitio
     problem = match_cross_entropy(index.graph, node, out);
   } else if (is_batch_norm_op(node.op)) {
     problem = match_batch_norm(index.graph, node, out);
+  } else if (node.op == kGroupNormStats) {
+    problem = match_group_norm(index.graph, node, out);
   } else if (node.op.find("softmax") != std::string::npos && is_norm_anchor(node.op)) {
     problem = match_softmax(index.graph, node, out);
   } else if (node.op.find("native_layer_norm") != std::string::npos) {

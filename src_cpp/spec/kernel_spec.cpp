@@ -68,6 +68,7 @@ std::string_view norm_kind_name(NormKind kind) {
     case NormKind::CrossEntropyBackward: return "cross_entropy_backward";
     case NormKind::BatchNormStats: return "batch_norm_stats";
     case NormKind::BatchNormBackward: return "batch_norm_backward_reduce";
+    case NormKind::GroupNormStats: return "group_norm_stats";
   }
   return "?";
 }

@@ -233,6 +233,10 @@ enum class NormKind : std::int8_t {
   // weight_dtype is the running statistics' dtype.
   BatchNormStats,     // x, running_mean, running_var -> mean, invstd, new running stats
   BatchNormBackward,  // grad_out, x, mean, invstd -> grad_bias, grad_weight
+  // Group norm's statistics over [N, C, spatial...] in either layout
+  // (device/mb_group_norm.cuh); weight_dtype is the saved statistics'
+  // dtype (x's).
+  GroupNormStats,  // x -> mean, rstd ([N, G]); channel_mean, channel_rstd ([N, C], fp32)
 };
 std::string_view norm_kind_name(NormKind kind);
 // Softmax or log-softmax forward: one row in, one row out.
@@ -242,8 +246,11 @@ inline bool is_softmax_forward(NormKind kind) {
 inline bool is_cross_entropy(NormKind kind) {
   return kind == NormKind::CrossEntropyForward || kind == NormKind::CrossEntropyBackward;
 }
-inline bool is_batch_norm(NormKind kind) {
-  return kind == NormKind::BatchNormStats || kind == NormKind::BatchNormBackward;
+// Reductions over [rows, channels] with the channels contiguous, in a
+// chunk stage and a totals stage (device/mb_batch_norm.cuh).
+inline bool is_channel_reduction(NormKind kind) {
+  return kind == NormKind::BatchNormStats || kind == NormKind::BatchNormBackward ||
+         kind == NormKind::GroupNormStats;
 }
 
 // Row-wise over the last dim of a [rows, cols] view with contiguous rows

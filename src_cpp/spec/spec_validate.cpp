@@ -266,11 +266,15 @@ std::string validate(const NormSpec& spec) {
     if (spec.prologue || spec.epilogue) return "cross-entropy takes no prologue or epilogue";
     return {};
   }
-  if (is_batch_norm(spec.kind)) {
-    if (spec.dtype == DType::Float64) return "batch-norm kernels take fp32, bf16 or fp16 data";
-    if (spec.out_dtype != DType::Float32) return "batch-norm statistics are fp32";
-    if (spec.has_weight || spec.has_bias) return "batch-norm reductions read no weight or bias";
-    if (spec.epilogue) return "batch-norm reductions take no epilogue";
+  if (is_channel_reduction(spec.kind)) {
+    if (spec.dtype == DType::Float64)
+      return "batch and group norm statistics take fp32, bf16 or fp16 data";
+    if (spec.out_dtype != DType::Float32) return "batch and group norm statistics are fp32";
+    if (spec.has_weight || spec.has_bias)
+      return "batch and group norm statistics read no weight or bias";
+    if (spec.epilogue) return "batch and group norm statistics take no epilogue";
+    if (spec.kind == NormKind::GroupNormStats && spec.weight_dtype != spec.dtype)
+      return "group norm saves its statistics in x's dtype";
     return spec.prologue ? check_norm_prologue(spec) : std::string();
   }
   // Note [Norm outputs in 16 bits]: a layer norm forward may write y in

@@ -12,6 +12,7 @@
 #include "codegen/compile_pool.h"
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
+#include "codegen/emit_common.h"
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
 #include "spec/kernel_spec.h"
@@ -435,6 +436,56 @@ TEST(CodegenNorm, BatchNormReductionsCompileForEveryDtypeAndLayout) {
                                                               "rows", "cols", "splits"}));
   EXPECT_EQ(names(sums.entries[1]), (std::vector<std::string>{"partials", "invstd", "grad_bias",
                                                               "grad_weight", "cols", "splits"}));
+}
+
+// Group norm's statistics (device/mb_group_norm.cuh): batch norm's chunk
+// stage per image, a block per (sample, group) after it; the saved
+// statistics in x's dtype, the per-channel ones in fp32.
+TEST(CodegenNorm, GroupNormStatisticsCompileForEveryDtype) {
+  std::vector<Case> cases;
+  for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+    for (bool aligned : {true, false}) {
+      NormSpec spec;
+      spec.kind = NormKind::GroupNormStats;
+      spec.dtype = spec.weight_dtype = dtype;
+      spec.out_dtype = DType::Float32;
+      spec.aligned = aligned;
+      spec.index64 = !aligned;
+      ASSERT_EQ(validate(spec), "") << spec.to_string();
+      const EmittedKernel kernel = emit_norm(spec);
+      ASSERT_EQ(kernel.entries.size(), 2u);
+      EXPECT_EQ(kernel.entries[0].block_x, 256);
+      EXPECT_EQ(kernel.entries[1].block_x, 1024);
+      EXPECT_EQ(kernel.entries[0].elements_per_thread, aligned ? 16 / dtype_size_bytes(dtype) : 1);
+      EXPECT_NE(kernel.source.find("mb::group_norm_stats_totals<" +
+                                   std::string(emit::storage_type(dtype)) + ", I>"),
+                std::string::npos)
+          << kernel.source;
+      cases.push_back(
+          {std::string("group_norm_stats/") + name(dtype) + (aligned ? "/aligned" : "/general"),
+           kernel});
+    }
+  }
+  compile_all(cases);
+  NormSpec spec;
+  spec.kind = NormKind::GroupNormStats;
+  spec.dtype = spec.weight_dtype = DType::BFloat16;
+  spec.out_dtype = DType::Float32;
+  const EmittedKernel kernel = emit_norm(spec);
+  auto names = [](const KernelEntry& e) {
+    std::vector<std::string> params;
+    for (const auto& p : e.params) params.push_back(p.name);
+    return params;
+  };
+  EXPECT_EQ(names(kernel.entries[0]),
+            (std::vector<std::string>{"x", "partials", "rows", "cols", "splits", "images"}));
+  EXPECT_EQ(names(kernel.entries[1]),
+            (std::vector<std::string>{"partials", "mean", "rstd", "channel_mean", "channel_rstd",
+                                      "cols", "splits", "units_per_image", "unit_cols", "units",
+                                      "group_channels", "eps"}));
+  NormSpec f32_saved = spec;
+  f32_saved.weight_dtype = DType::Float32;
+  EXPECT_NE(validate(f32_saved).find("x's dtype"), std::string::npos);
 }
 
 // The batch-norm knobs change the chunk stage's source: the row unroll and

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ from torch import nn
 
 from mybackend.reports import GraphRecord
 from tests.gpu.test_conv import _assert_all_ran, _cudnn_tf32
+from tests.gpu.test_fused_reductions import _check
 from tests.testing import compiled_records, error_ratio_check
 
 pytestmark = pytest.mark.gpu
@@ -41,6 +43,7 @@ DEVICE = "cuda"
 INPUT_SHAPE = (2, 3, 64, 64)  # the stem below makes it [2, 64, 16, 16]
 CALLS = 3  # reduce-overhead: the first call warms up, the second captures, the third replays
 GROUP_NORMS = (aten.native_group_norm.default, aten.native_group_norm_backward.default)
+GROUP_NORM_STATS = torch.ops.mybackend.group_norm_stats.default
 
 # name -> (dtype, output tolerance, gradient tolerance). bf16 results are
 # judged against an fp32 copy of the module: within 3x eager's own error
@@ -172,27 +175,37 @@ def _assert_replayed(records: list[GraphRecord]) -> None:
         assert stats["cuda_graph_replays"] > 0, (record.name, stats)
 
 
-def _assert_planned_layouts(records: list[GraphRecord], training: bool, convs: int) -> None:
-    """The plan kept what it is for and gave group norm what CUDA's kernel
-    takes: each planned graph's convolutions write channels-last, each group
-    norm (and its backward, where aot_autograd keeps it whole) reads
-    contiguous tensors, and the convolutions ran as cuDNN groups."""
+def _assert_planned_layouts(
+    records: list[GraphRecord], training: bool, convs: int, cuda_graphs: bool
+) -> None:
+    """The plan kept what it is for: each planned graph's convolutions write
+    channels-last and ran as cuDNN groups. Under CUDA graphs each group norm
+    became the generated statistics kernel, which reads the channels-last
+    output as it is (Note [Group-norm statistics under CUDA graphs]);
+    without them it stays ATen's, given contiguous tensors."""
     kinds = ("forward", "backward") if training else ("inference",)
     assert sorted(r.kind for r in records) == sorted(kinds), [r.name for r in records]
     norms = 0
     for record in records:
         assert record.fallback_reason is None, record.fallback_reason
-        for node in record.gm.graph.find_nodes(op="call_function", target=aten.convolution.default):
+        graph = record.gm.graph
+        for node in graph.find_nodes(op="call_function", target=aten.convolution.default):
             out = node.meta["val"]
             assert out.is_contiguous(memory_format=torch.channels_last), (record.name, node)
         for target in GROUP_NORMS:
-            for node in record.gm.graph.find_nodes(op="call_function", target=target):
+            for node in graph.find_nodes(op="call_function", target=target):
+                assert not cuda_graphs, (record.name, node)
                 norms += 1
                 for source in node.all_input_nodes:
                     value = source.meta["val"]
                     if isinstance(value, torch.Tensor) and value.dim() == 4:
                         assert value.is_contiguous(), (record.name, node, source, value.stride())
-    assert norms > 0, "no native_group_norm reached the planned graphs"
+        stats = graph.find_nodes(op="call_function", target=GROUP_NORM_STATS)
+        assert cuda_graphs or not stats, record.name
+        norms += len(stats)
+        ran = [k for k in record.core_report["kernels"] if "group_norm_stats" in k.get("spec", "")]
+        assert len(ran) == len(stats), record.core_report["kernels"]
+    assert norms > 0, "no group norm reached the planned graphs"
     _assert_conv_groups_ran(records, kinds[0], convs)
     if training:
         _assert_conv_groups_ran(records, "backward", convs)
@@ -229,7 +242,7 @@ def _check_against_eager(
         expected = _step(reference, x, grad, torch.float32) if reference is not None else None
         _compare(got, want, expected, precision)
         if call == 0:
-            _assert_planned_layouts(records, training, convs)
+            _assert_planned_layouts(records, training, convs, mode == "reduce-overhead")
     if mode == "reduce-overhead":
         _assert_replayed(records)
 
@@ -277,15 +290,19 @@ def unet_blocks() -> nn.Module:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_unet_blocks_keep_the_traced_layout(mode: str, precision: Precision) -> None:
-    """Note [Layout regions pay for their copies] on the GPU, default
-    options: each convolution sits between two NCHW-only group norms, so
-    inference does not plan it channels-last (no layout copy in the graph,
-    every convolution reads and writes NCHW), and the results match eager."""
+def test_unet_blocks_plan_their_layout_by_mode(mode: str, precision: Precision) -> None:
+    """Default options. Under CUDA graphs the group norms are the generated
+    statistics kernel, which reads channels-last, so the layout plan pays no
+    copies around them and keeps both convolutions channels-last (Note
+    [Group-norm statistics]). Without CUDA graphs group norm stays ATen's,
+    NCHW only (Note [Group-norm statistics under CUDA graphs]): each
+    convolution would sit between two copies, so the plan leaves them NCHW
+    (Note [Layout regions pay for their copies]). The results match eager."""
     dtype = precision[0]
+    cuda_graphs = mode == "reduce-overhead"
     eager = _build(unet_blocks, dtype).eval()
     reference = copy.deepcopy(eager).float() if dtype is not torch.float32 else None
-    options = {"strict": True, "cuda_graphs": mode == "reduce-overhead"}
+    options = {"strict": True, "cuda_graphs": cuda_graphs}
     compiled = torch.compile(copy.deepcopy(eager), backend="mybackend", options=options)
     for _ in range(CALLS):
         x = torch.randn(INPUT_SHAPE, device=DEVICE).to(dtype)
@@ -299,12 +316,55 @@ def test_unet_blocks_keep_the_traced_layout(mode: str, precision: Precision) -> 
             convs = graph.find_nodes(op="call_function", target=aten.convolution.default)
             assert len(convs) == 2, graph
             for node in convs:
-                assert node.args[0].meta["val"].is_contiguous(), (record.name, node)
-                assert node.meta["val"].is_contiguous(), (record.name, node)
-            layout_copies = [
-                n
-                for n in graph.nodes
-                if n.target is aten.clone.default
-                and n.kwargs.get("memory_format") is torch.channels_last
-            ]
-            assert not layout_copies, graph
+                layout = torch.channels_last if cuda_graphs else torch.contiguous_format
+                assert node.meta["val"].is_contiguous(memory_format=layout), node
+            stats = graph.find_nodes(op="call_function", target=GROUP_NORM_STATS)
+            assert len(stats) == (2 if cuda_graphs else 0), graph
+
+
+# (shape, groups): a UNet's first block at batch 1 (few samples, many
+# chunks), odd spatial sizes, channels per group that are and are not a
+# multiple of the vector width (20 / 5 = 4: the contiguous run 4 * 143 has
+# no 8-wide columns, so bf16 reads it one element at a time), one group
+# (LayerNorm over [C, H, W]), 3-d and 5-d inputs.
+GROUP_NORM_CASES = [
+    ((1, 64, 64, 64), 32),
+    ((2, 32, 7, 9), 8),
+    ((3, 48, 5, 5), 6),
+    ((2, 20, 11, 13), 5),
+    ((2, 16, 40, 40), 1),
+    ((4, 64, 100), 16),
+    ((2, 32, 4, 6, 5), 4),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("case", GROUP_NORM_CASES, ids=str)
+def test_group_norm_statistics_kernel_matches_eager(
+    case: tuple[tuple[int, ...], int], layout: str, dtype: torch.dtype
+) -> None:
+    """Note [Group-norm units]: the generated statistics in either layout,
+    the normalization and SiLU after them, and the saved [N, G] statistics,
+    against eager's group norm."""
+    shape, groups = case
+    if layout == "channels_last" and len(shape) != 4:
+        pytest.skip("channels-last is a 4-d format")
+    x = torch.randn(shape, device=DEVICE, dtype=dtype) * 2 + 1
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.rand(shape[1], device=DEVICE, dtype=dtype) + 0.5
+    b = torch.randn(shape[1], device=DEVICE, dtype=dtype)
+    spatial = x.numel() // (shape[0] * shape[1])
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+        y, mean, rstd = aten.native_group_norm(x, w, b, shape[0], shape[1], spatial, groups, 1e-5)
+        return torch.nn.functional.silu(y), mean, rstd
+
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype is torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    # Eager's CUDA group norm reads NCHW only: its reference reads x so.
+    compiled = _check(
+        fn, x, w, b, kind="norm", tol=tol, reference=lambda x, w, b: fn(x.contiguous(), w, b)
+    )
+    (norm,) = [k for k in compiled.report()["kernels"] if k["kind"] == "norm"]
+    assert "group_norm_stats" in norm["spec"], norm

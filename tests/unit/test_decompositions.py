@@ -22,6 +22,7 @@ from mybackend.decompositions import (
     graph_devices,
 )
 from mybackend.ops.batch_norm import batch_norm_backward, batch_norm_training
+from mybackend.ops.group_norm import group_norm
 from tests.testing import compiled_records
 
 aten = torch.ops.aten
@@ -54,11 +55,13 @@ def test_cpu_graphs_get_the_cpu_table() -> None:
     for op in DECOMPOSED_ON_CUDA_ONLY:
         assert op not in table, op
     assert aten._native_batch_norm_legit_no_training.default not in table
-    # Only mybackend's training batch-norm rewrites, which decline on the CPU
-    # (batch_norm.REWRITTEN_DEVICES): the ops stay whole there too.
+    # Only mybackend's training batch-norm and group-norm rewrites, which
+    # decline on the CPU (batch_norm.REWRITTEN_DEVICES): the ops stay whole
+    # there too.
     assert table == {
         aten._native_batch_norm_legit_functional.default: batch_norm_training,
         aten.native_batch_norm_backward.default: batch_norm_backward,
+        aten.native_group_norm.default: group_norm,
     }
 
 

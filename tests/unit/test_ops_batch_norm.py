@@ -5,7 +5,6 @@ reductions, the normalization fused with the ReLU)."""
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import mybackend.ops.batch_norm as batch_norm
+from tests.testing import training_steps_match_eager
 from tests.unit.test_matmul_plan import _aot_graphs, _kernels
 
 STATS = torch.ops.mybackend.batch_norm_stats.default
@@ -106,23 +106,7 @@ def test_compiled_training_matches_eager_with_running_statistics(
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}  # 3-d: kept whole
     if dims in formats:
         eager = eager.to(memory_format=formats[dims])
-    compiled_module = copy.deepcopy(eager)
-    compiled = torch.compile(compiled_module, backend="mybackend", options={"strict": True})
-    for step in range(2):
-        x = torch.randn(shape) * 3 + step
-        if dims in formats:
-            x = x.to(memory_format=formats[dims])
-        x_eager, x_compiled = x.clone().requires_grad_(), x.clone().requires_grad_()
-        grad = torch.randn(shape)
-        y_eager, y_compiled = eager(x_eager), compiled(x_compiled)
-        y_eager.backward(grad)
-        y_compiled.backward(grad)
-        torch.testing.assert_close(y_compiled, y_eager)
-        torch.testing.assert_close(x_compiled.grad, x_eager.grad)
-    for (name, p_eager), p_compiled in zip(
-        eager.named_parameters(), compiled_module.parameters(), strict=True
-    ):
-        torch.testing.assert_close(p_compiled.grad, p_eager.grad, msg=name)
+    compiled_module = training_steps_match_eager(eager, shape, memory_format=formats.get(dims))
     for (name, b_eager), b_compiled in zip(
         eager.named_buffers(), compiled_module.buffers(), strict=True
     ):

@@ -12,6 +12,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 import mybackend
+import mybackend.ops.batch_norm as batch_norm
 from mybackend.decompositions import decomposition_table
 from mybackend.passes import pipeline
 from mybackend.passes.layout import plan_channels_last
@@ -284,9 +285,11 @@ def test_recompile_false_leaves_the_final_code_generation_to_the_caller(
 
 
 class GroupNormBlocks(torch.nn.Module):
-    """A UNet's blocks: conv -> GroupNorm -> SiLU, twice. CUDA's group norm
-    reads NCHW only (Note [Layout contracts]), so every convolution would sit
-    between a copy into channels-last and a copy back."""
+    """A UNet's blocks: conv -> GroupNorm -> SiLU, twice. ATen's group norm
+    reads NCHW only (Note [Layout contracts]), so where a graph keeps it
+    whole (a CPU graph here) every convolution would sit between a copy into
+    channels-last and a copy back; on CUDA the decomposition table rewrites
+    it (Note [Group-norm statistics])."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -355,5 +358,21 @@ def test_a_chain_keeps_its_plan_beside_a_convolution_that_loses() -> None:
     gm, planned, copies, out = _planned(module, x)
     assert planned is not gm and copies > 0
     assert _conv_layouts(planned) == [True, True, True, False]
+    with torch.no_grad():
+        torch.testing.assert_close(out, module(x))
+
+
+def test_group_norms_rewritten_for_cuda_leave_the_blocks_channels_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Note [Group-norm statistics]: the rewritten group norm reads any
+    layout, so its blocks pay no copies and stay in the plan."""
+    monkeypatch.setattr(batch_norm, "REWRITTEN_DEVICES", ("cpu", "cuda"))
+    module = GroupNormBlocks().eval()
+    x = torch.randn(2, 3, 16, 16)
+    gm, planned, copies, out = _planned(module, x)
+    assert planned is not gm and copies > 0
+    assert _conv_layouts(planned) == [True, True]
+    assert torch.ops.mybackend.group_norm_stats.default in {n.target for n in planned.graph.nodes}
     with torch.no_grad():
         torch.testing.assert_close(out, module(x))

@@ -72,7 +72,7 @@ def test_the_pool_walks_its_input_layout(layout: str) -> None:
         x = x.contiguous(memory_format=torch.channels_last)
     stats = [torch.randn(64, dtype=BF16) for _ in range(4)]
     (pool,), _ = _pools(_on_fake_cuda(bn_relu_pool, x, *stats))
-    assert pool["why"].startswith(f"max_pool2d ({layout}) with 5 prologue"), pool["why"]
+    assert pool["why"].startswith(f"max_pool2d ({layout}) with 7 prologue"), pool["why"]
     vector = 8 if layout == "nhwc" else 1
     assert pool["spec"].startswith(
         f"max_pool2d layout={layout} dtype=bf16 vector={vector} indices=0 index=i32"

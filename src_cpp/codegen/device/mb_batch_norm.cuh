@@ -159,14 +159,15 @@ __device__ __forceinline__ void channel_totals(const typename R::AccT* __restric
 // per-row Welford updates on 103 MB of bf16, where a copy moves 3 TB/s).
 // Shifting by a sample of the same channel keeps the sums of the order of
 // the spread, so the variance does not lose digits to a large mean.
+// One job b of the chunk stage: a row chunk of one column tile. Group
+// norm's statistics (mb_group_norm.cuh) run it per image.
 template <class T, class I, int VEC, int U, int LANES>
-__device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ x,
-                                                          Welford<float>* __restrict__ partials,
-                                                          I rows, I cols, I splits) {
+__device__ __forceinline__ void channel_welford_chunk(const T* __restrict__ x,
+                                                      Welford<float>* __restrict__ partials, I b,
+                                                      I rows, I cols, I splits) {
   typedef WelfordReducer<float> R;
   const int lanes = channel_lanes<VEC, LANES>(cols);
-  const I jobs = channel_tiles<VEC, LANES>(cols) * splits;
-  for (I b = blockIdx.x; b < jobs; b += gridDim.x) {
+  {
     const ChannelSlice<I> s = channel_slice<VEC, LANES>(b, rows, cols, splits);
     float shift[VEC], sum[VEC], squares[VEC];
 #pragma unroll
@@ -206,6 +207,15 @@ __device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ 
       for (int k = 0; k < VEC; ++k) partials[s.split * cols + s.channel + k] = acc[k];
     }
   }
+}
+
+template <class T, class I, int VEC, int U, int LANES>
+__device__ __forceinline__ void batch_norm_stats_partials(const T* __restrict__ x,
+                                                          Welford<float>* __restrict__ partials,
+                                                          I rows, I cols, I splits) {
+  const I jobs = channel_tiles<VEC, LANES>(cols) * splits;
+  for (I b = blockIdx.x; b < jobs; b += gridDim.x)
+    channel_welford_chunk<T, I, VEC, U, LANES>(x, partials, b, rows, cols, splits);
 }
 
 // Finishes a channel: the saved mean and 1 / sqrt(var + eps) (biased

@@ -52,7 +52,9 @@ DType norm_tensor_dtype(const NormSpec& spec, const std::string& name) {
     if (const int k = norm_indexed_tensor(name, "eout"); k >= 0)
       return spec.epilogue->outputs.at(static_cast<std::size_t>(k)).tensor.dtype;
   }
-  if (is_batch_norm(spec.kind)) {
+  if (spec.kind == NormKind::GroupNormStats)
+    return name == "channel_mean" || name == "channel_rstd" ? DType::Float32 : spec.dtype;
+  if (is_channel_reduction(spec.kind)) {
     if (name == "running_mean" || name == "running_var" || name == "new_running_mean" ||
         name == "new_running_var")
       return spec.weight_dtype;
@@ -122,7 +124,8 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
                         PlannedOutputs& planned) const {
   const NormGroup& g = *group_;
   if (is_cross_entropy(g.spec.kind)) return launch_cross_entropy(slots, bindings, planned);
-  if (is_batch_norm(g.spec.kind)) return launch_batch_norm(slots, bindings, planned);
+  if (g.spec.kind == NormKind::GroupNormStats) return launch_group_norm(slots, bindings, planned);
+  if (is_channel_reduction(g.spec.kind)) return launch_batch_norm(slots, bindings, planned);
   const auto shape = evaluate_dims(graph_.value(g.rows_of).tensor.sizes, bindings);
   if (!shape) return fail("a size depends on an unbound symbol");
   const std::size_t split = shape->size() - static_cast<std::size_t>(g.normalized_dims);

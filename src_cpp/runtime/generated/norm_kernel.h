@@ -1,7 +1,8 @@
 // Generated norm groups at run time (CUDA builds only): softmax and
 // log_softmax, layer norm and RMS norm (norm_kernel.cpp), and cross-entropy
 // (cross_entropy_kernel.cpp), whose logits keep their row stride, and
-// training batch norm's per-channel reductions (batch_norm_kernel.cpp).
+// training batch norm's per-channel reductions and group norm's statistics
+// (batch_norm_kernel.cpp).
 #pragma once
 
 #ifdef MYBACKEND_WITH_CUDA
@@ -26,6 +27,8 @@ class NormKernel final : public GroupKernel<NormGroup> {
   bool launch_cross_entropy(ValueSlots& slots, const SymbolBindings& bindings,
                             PlannedOutputs& planned) const;
   bool launch_batch_norm(ValueSlots& slots, const SymbolBindings& bindings,
+                         PlannedOutputs& planned) const;
+  bool launch_group_norm(ValueSlots& slots, const SymbolBindings& bindings,
                          PlannedOutputs& planned) const;
   // The group's input tensors by kernel name, each a CUDA tensor of the
   // dtype the kernel reads; std::nullopt (after fail()) when one is not.
