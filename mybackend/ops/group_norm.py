@@ -51,6 +51,7 @@ before (Inductor-RO: 0.73 and 0.66).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -66,9 +67,10 @@ def group_norm_stats(x: Tensor, groups: int, eps: float) -> tuple[Tensor, Tensor
     """Mean and 1/sqrt(var + eps) of x [N, C, ...] per (sample, group): in
     x's dtype as [N, groups], and in fp32 per channel as [N, C]."""
     batch, channels = x.shape[0], x.shape[1]
-    var, mean = torch.var_mean(x.reshape(batch, groups, -1).float(), -1, correction=0)
-    rstd = torch.rsqrt(var + eps)
     per_group = channels // groups
+    values = per_group * math.prod(x.shape[2:])  # explicit: -1 is ambiguous for an empty batch
+    var, mean = torch.var_mean(x.reshape(batch, groups, values).float(), -1, correction=0)
+    rstd = torch.rsqrt(var + eps)
     return (
         mean.to(x.dtype),
         rstd.to(x.dtype),
@@ -105,6 +107,8 @@ def group_norm(
         and x.dim() >= 2
         and isinstance(groups, int)
         and groups > 0
+        # ATen's op raises the error that names the problem.
+        and not (isinstance(x.shape[1], int) and x.shape[1] % groups != 0)
     ):
         return NotImplemented
     mean, rstd, channel_mean, channel_rstd = torch.ops.mybackend.group_norm_stats(

@@ -294,25 +294,43 @@ TEST(PlanArchive, ACompiledPlanCompilesAgainWithoutPlanningToTheSamePlan) {
   }
 }
 
+// Group norm's statistics (Note [Group-norm statistics]) over
+// channels-last bf16 x [2, 32, 5, 7], 8 groups.
+void group_norm_statistics(GraphBuilder& b) {
+  const TensorType t = nchw(BF16, {2, 32, 5, 7}, true);
+  ValueId x = b.add_input(out(t, "x"));
+  auto stats = b.add_node(NodeKind::Aten, "mybackend::group_norm_stats.default",
+                          {v(x), Argument::of_int(8), Argument::of_float(1e-5)},
+                          {out(tensor(BF16, {2, 8})), out(tensor(BF16, {2, 8})),
+                           out(tensor(F32, {2, 32})), out(tensor(F32, {2, 32}))},
+                          "stats");
+  b.set_outputs({v(stats[0]), v(stats[1]), v(stats[2]), v(stats[3])});
+}
+
 TEST(PlanArchive, APlanOfThePlannersAloneRoundTrips) {
-  // The batch-norm sums' op is registered by mybackend's Python package, so
-  // the runtime stage cannot take this graph here: the planners alone.
-  GraphBuilder b;
-  relu_gradient_then_batch_norm_sums(b, false);
-  const Planned p = plan(b);
-  ASSERT_FALSE(p.groups(KernelKind::Norm).empty()) << p.plan.to_string();
-  const std::size_t nodes = p.graph.nodes().size();
-  CorePlan core;
-  core.decisions.assign(nodes, SupportDecision{true, OpClass::Normalization, ""});
-  core.partitions =
-      partition_graph(p.graph, std::vector<bool>(nodes, true), std::vector<bool>(nodes, false), {});
-  core.fusion = p.plan;
-  PlanningOptions planning;
-  planning.fusion = generated_options();
-  const std::string bytes = save_plan(p.graph, planning, core);
-  const CorePlan loaded = load_plan(p.graph, planning, bytes);
-  EXPECT_EQ(printed(loaded), printed(core));
-  EXPECT_EQ(save_plan(p.graph, planning, loaded), bytes);
+  // The batch-norm and group-norm ops are registered by mybackend's Python
+  // package, so the runtime stage cannot take these graphs here: the
+  // planners alone.
+  for (const auto& build_graph : std::vector<std::function<void(GraphBuilder&)>>{
+           [](GraphBuilder& b) { relu_gradient_then_batch_norm_sums(b, false); },
+           group_norm_statistics}) {
+    GraphBuilder b;
+    build_graph(b);
+    const Planned p = plan(b);
+    ASSERT_FALSE(p.groups(KernelKind::Norm).empty()) << p.plan.to_string();
+    const std::size_t nodes = p.graph.nodes().size();
+    CorePlan core;
+    core.decisions.assign(nodes, SupportDecision{true, OpClass::Normalization, ""});
+    core.partitions = partition_graph(p.graph, std::vector<bool>(nodes, true),
+                                      std::vector<bool>(nodes, false), {});
+    core.fusion = p.plan;
+    PlanningOptions planning;
+    planning.fusion = generated_options();
+    const std::string bytes = save_plan(p.graph, planning, core);
+    const CorePlan loaded = load_plan(p.graph, planning, bytes);
+    EXPECT_EQ(printed(loaded), printed(core));
+    EXPECT_EQ(save_plan(p.graph, planning, loaded), bytes);
+  }
 }
 
 TEST(PlanArchive, EveryTruncationIsAnError) {

@@ -395,6 +395,43 @@ TEST(NormPlanner, BatchNormSumsReadNoPrologueInAnotherLayout) {
   EXPECT_EQ(pointwise[0]->get<PointwiseGroup>()->inputs, (std::vector<ValueId>{1, 0}));
 }
 
+// Note [Group-norm statistics]: mybackend::group_norm_stats is one norm
+// group in either layout (the launch picks the view, Note [Group-norm
+// units]); its saved statistics keep x's dtype. fp64 stays ATen's.
+TEST(NormPlanner, GroupNormStatisticsAreOneNormGroup) {
+  for (DType dtype : {DType::BFloat16, DType::Float32, DType::Float64}) {
+    for (bool channels_last : {true, false}) {
+      GraphBuilder b;
+      const TensorType t = nchw(dtype, {2, 32, 5, 7}, channels_last);
+      ValueId x = b.add_input(out(t, "x"));
+      auto stats =
+          b.add_node(NodeKind::Aten, "mybackend::group_norm_stats.default",
+                     {v(x), Argument::of_int(8), Argument::of_float(1e-5)},
+                     {out(tensor(dtype, {2, 8})), out(tensor(dtype, {2, 8})),
+                      out(tensor(DType::Float32, {2, 32})), out(tensor(DType::Float32, {2, 32}))},
+                     "stats");
+      b.set_outputs({v(stats[0]), v(stats[1]), v(stats[2]), v(stats[3])});
+      const Planned p = plan(b);
+      auto norms = p.groups(KernelKind::Norm);
+      if (dtype == DType::Float64) {
+        EXPECT_TRUE(norms.empty()) << p.plan.to_string();
+        continue;
+      }
+      ASSERT_EQ(norms.size(), 1u) << p.plan.to_string();
+      const NormGroup& g = *norms[0]->get<NormGroup>();
+      EXPECT_EQ(g.spec.kind, NormKind::GroupNormStats);
+      EXPECT_EQ(g.spec.dtype, dtype);
+      EXPECT_EQ(g.spec.weight_dtype, dtype);
+      EXPECT_EQ(g.spec.out_dtype, DType::Float32);
+      EXPECT_DOUBLE_EQ(g.eps, 1e-5);
+      std::vector<std::string> outputs;
+      for (const auto& [name, value] : g.outputs) outputs.push_back(name);
+      EXPECT_EQ(outputs,
+                (std::vector<std::string>{"mean", "rstd", "channel_mean", "channel_rstd"}));
+    }
+  }
+}
+
 TEST(NormPlanner, RmsNormChainIsOneKernel) {
   for (bool upcast : {false, true}) {
     GraphBuilder b;

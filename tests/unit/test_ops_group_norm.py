@@ -130,3 +130,21 @@ def test_cuda_plan_generates_the_statistics_and_fuses_the_normalization_with_sil
         if "group_norm" in ops[n]
     ]
     assert leftover == [], leftover
+
+
+def test_an_empty_batch_gives_empty_statistics() -> None:
+    mean, rstd, channel_mean, channel_rstd = STATS(torch.randn(0, 8, 3, 3), 4, 1e-5)
+    assert mean.shape == rstd.shape == (0, 4)
+    assert channel_mean.shape == channel_rstd.shape == (0, 8)
+
+
+def test_channels_that_do_not_split_into_the_groups_keep_atens_error(on_cpu: None) -> None:
+    """The rewrite declines, so the user sees ATen's message naming the
+    problem, not a shape error of the rewrite."""
+    compiled = torch.compile(
+        lambda x: torch.nn.functional.group_norm(x, 3),
+        backend="mybackend",
+        options={"strict": True},
+    )
+    with pytest.raises(Exception, match="divisible by num_groups"):
+        compiled(torch.randn(2, 8, 4, 4))
