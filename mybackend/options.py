@@ -71,6 +71,12 @@ class Options:
         f"Op classes the core must not claim: {', '.join(OP_CLASSES)}.",
         True,
     )
+    disabled_passes: tuple[str, ...] = _field(
+        (),
+        "mybackend's graph passes to skip, by name (docs/architecture.md lists them; "
+        "explain() shows the ones that ran). For bisecting a rewrite and for A/B runs: "
+        "a skipped pass leaves a correct graph, only a slower one.",
+    )
     cuda_graphs: bool = _field(
         False,
         "Capture each CUDA graph of static shape once and replay it (mode "
@@ -494,7 +500,20 @@ def _check_launch_knob(item: Any) -> None:
         raise ValueError(f"mybackend: option 'launch_tuning': {problem}")
 
 
+def _check_pass(name: str) -> None:
+    from mybackend.passes.pipeline import LISTS  # the passes import this module
+
+    known = sorted({graph_pass.name for passes in LISTS for graph_pass in passes})
+    if name not in known:
+        hint = _did_you_mean(difflib.get_close_matches(name, known, n=1))
+        raise ValueError(
+            f"mybackend: option 'disabled_passes' got unknown pass {name!r}.{hint} "
+            f"Valid passes: {', '.join(known)}."
+        )
+
+
 _ITEM_CHECKS: dict[str, Callable[[Any], None]] = {
+    "disabled_passes": _check_pass,
     "disabled_ops": _check_op,
     "disabled_op_classes": _check_op_class,
     "launch_tuning": _check_launch_knob,

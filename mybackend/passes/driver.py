@@ -102,11 +102,12 @@ def always(options: Options) -> bool:
 
 def selected(passes: Sequence[GraphPass], ctx: PassContext) -> list[GraphPass]:
     """The passes of a list that apply to ``ctx``'s graph: enabled by its
-    options, for its kind, and calling one of their targets."""
+    options (and not in ``disabled_passes``), for its kind, and calling one
+    of their targets."""
     called: set[Any] | None = None
     chosen = []
     for graph_pass in passes:
-        if not graph_pass.enabled(ctx.options):
+        if not graph_pass.enabled(ctx.options) or graph_pass.name in ctx.options.disabled_passes:
             continue
         if graph_pass.kinds is not None and ctx.kind not in graph_pass.kinds:
             continue

@@ -12,6 +12,7 @@ import torch.fx
 from mybackend.options import Options
 from mybackend.passes import pipeline
 from mybackend.passes.driver import GraphPass, PassContext, PassError, always, run_passes
+from tests.testing import compiled_records
 
 
 def _graph() -> torch.fx.GraphModule:
@@ -78,6 +79,37 @@ def test_disabled_passes_and_other_kinds_do_not_run() -> None:
     ran.clear()
     run_passes(passes, _context("forward", channels_last=False))
     assert ran == ["off", "fwd", "relu"]
+
+
+def test_the_option_disabled_passes_skips_passes_by_name() -> None:
+    ran: list[str] = []
+    passes = [_recording("softmax_views", ran), _recording("layout", ran)]
+    run_passes(passes, _context(disabled_passes=["softmax_views"]))
+    assert ran == ["layout"]
+
+
+def test_disabled_passes_names_an_unknown_pass() -> None:
+    with pytest.raises(ValueError, match=r"unknown pass 'softmax_view'.*'softmax_views'"):
+        Options.from_user(None, {"disabled_passes": ["softmax_view"]})
+
+
+@pytest.mark.parametrize("disabled", [(), ("hoisting",)])
+def test_a_disabled_pass_does_not_run_through_torch_compile(disabled: tuple[str, ...]) -> None:
+    """The hoisting pass moves the arange (a constant) to a prepare graph, a
+    stage of the record; disabled, it does not run, and the result is the
+    same."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.arange(4.0) + 1
+
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    options = {"strict": True, "disabled_passes": list(disabled)}
+    compiled = torch.compile(fn, backend="mybackend", options=options)
+    got, records = compiled_records(lambda: compiled(x))
+    torch.testing.assert_close(got, fn(x))
+    (record,) = records
+    assert ("hoisting" in [name for name, _ in record.stage_times]) == (not disabled)
 
 
 def test_one_recompile_after_all_passes_and_only_after_a_change() -> None:

@@ -45,10 +45,12 @@ at::Tensor channels_innermost(const at::Tensor& t) {
   return moved.is_contiguous() ? moved : moved.contiguous();
 }
 
-// Row chunks per image: one wave of blocks over all images' column tiles
-// (as many as the SMs hold at once, or bn_blocks_per_sm when set), each
-// chunk at least bn_chunk_passes unrolled passes of the block's row groups:
-// shorter chunks and the merges and partials cost more than the reads.
+// Row chunks per image: one wave of blocks over all images' column tiles,
+// as many as the SMs hold at once (the kernel's registers allow 2 of 256
+// threads per SM on an H100, where a fixed 4 per SM ran as two waves), or
+// bn_blocks_per_sm when set; each chunk at least bn_chunk_passes unrolled
+// passes of the block's row groups: shorter chunks and the merges and
+// partials cost more than the reads.
 std::int64_t row_splits(std::int64_t rows, std::int64_t jobs_per_split, std::int64_t lanes,
                         const DeviceModules::Loaded& l, const LaunchTuning& tuning) {
   const std::int64_t per_sm =
@@ -120,11 +122,6 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
   if (cols % vec != 0) return fail("the channel count is not a multiple of the vector width");
   const std::int64_t lanes = channel_lanes(cols, vec, g.spec.tuning.bn_max_lanes);
   const std::int64_t tiles = (cols + lanes * vec - 1) / (lanes * vec);
-  // One wave of blocks: as many as the SMs hold at once (the kernel's
-  // registers allow 2 of 256 threads per SM on an H100, where a fixed 4 per
-  // SM ran as two waves), or bn_blocks_per_sm when set; each chunk at least
-  // bn_chunk_passes unrolled passes of the block's row groups: shorter
-  // chunks and the merges and partials cost more than the reads.
   const std::int64_t splits = row_splits(rows, tiles, lanes, l, g.spec.tuning);
   const bool stats = g.spec.kind == NormKind::BatchNormStats;
   tensors["partials"] =
