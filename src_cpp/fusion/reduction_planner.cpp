@@ -47,7 +47,10 @@ struct Claimer {
     group.set(match.group);
     group.spec = match.group->spec.to_string();
     group.why =
-        kind_text(match.group->spec.kind) + " as one generated row-wise kernel" +
+        kind_text(match.group->spec.kind) +
+        (is_channel_reduction(match.group->spec.kind)
+             ? " as generated channel reductions (a chunk stage and a totals stage)"
+             : " as one generated row-wise kernel") +
         (match.nodes.size() > 1 ? " (replaces " + std::to_string(match.nodes.size()) + " ATen ops)"
                                 : "") +
         (prologue.empty() ? "" : ", " + prologue) + (epilogue.empty() ? "" : ", " + epilogue);
