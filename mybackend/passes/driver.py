@@ -8,8 +8,9 @@ inference graph before lowering. Each point is an ordered list of
 ``GraphPass`` entries (a name, whether the options enable it, the graph
 kinds and call targets it applies to, and the function that runs it), and
 ``run_passes`` is the one place that runs them, as src_cpp/pipeline/
-pipeline.cpp runs the C++ stages: it skips what is disabled or cannot
-apply, times each pass, logs what each changed, writes the graph after each
+pipeline.cpp runs the C++ stages: it skips what is disabled (by its own
+option, or by name with the option ``disabled_passes``) or cannot apply,
+times each pass, logs what each changed, writes the graph after each
 pass that changed it into the dump folder, names the pass that raised, and
 marks the module's code stale once at the end, not once per pass (the joint
 graph skips even that: Note [One recompile per joint graph] in aot.py); the
