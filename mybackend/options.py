@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -500,10 +500,19 @@ def _check_launch_knob(item: Any) -> None:
         raise ValueError(f"mybackend: option 'launch_tuning': {problem}")
 
 
-def _check_pass(name: str) -> None:
-    from mybackend.passes.pipeline import LISTS  # the passes import this module
+# The names disabled_passes accepts. mybackend/passes/pipeline.py, which
+# imports this module, registers its passes' names when it is imported
+# (importing the mybackend package imports it).
+_PASS_NAMES: set[str] = set()
 
-    known = sorted({graph_pass.name for passes in LISTS for graph_pass in passes})
+
+def register_pass_names(names: Iterable[str]) -> None:
+    """Adds graph-pass names the option ``disabled_passes`` accepts."""
+    _PASS_NAMES.update(names)
+
+
+def _check_pass(name: str) -> None:
+    known = sorted(_PASS_NAMES)
     if name not in known:
         hint = _did_you_mean(difflib.get_close_matches(name, known, n=1))
         raise ValueError(

@@ -22,7 +22,7 @@ from mybackend._logging import warn_once
 from mybackend.distributed import fsdp2_in_use
 from mybackend.ops.attention_masks import SDPA_TARGETS, rewrite_attention_masks
 from mybackend.ops.cross_entropy import rewrite_cross_entropy
-from mybackend.options import Options
+from mybackend.options import Options, register_pass_names
 from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.passes.driver import GraphPass, PassContext, always
 from mybackend.passes.empty_pads import drop_empty_pads
@@ -207,3 +207,4 @@ LISTS = (BEFORE_AOT, ON_JOINT, PER_GRAPH)  # in the order a graph meets them
 
 # Every name a pass list gives a compile-time stage (compile_times.breakdown).
 PASS_NAMES = frozenset(p.name for passes in LISTS for p in passes)
+register_pass_names(PASS_NAMES)  # what the option disabled_passes accepts
