@@ -124,10 +124,10 @@ ADDED: dict[Any, Callable[..., Any]] = {
 # overload. Only the training batch-norm and the group-norm entries stay,
 # which decline unless their device is in batch_norm.REWRITTEN_DEVICES
 # (CUDA): on the CPU the ops stay whole as well, and tests that widen
-# REWRITTEN_DEVICES still run the rewrite's path there. Inference batch norm stays whole too (as
-# x*scale + shift it rounds differently from eager by an ulp, and hoisting
-# its per-channel work saves nothing measurable on the CPU). A graph with
-# any CUDA tensor, or with none at all, gets the full table.
+# REWRITTEN_DEVICES still run the rewrite's path there. Inference batch
+# norm stays whole too (decomposed it rounds differently from ATen's CPU
+# kernel, and fusing it buys nothing there). A graph with any CUDA tensor,
+# or with none at all, gets the full table.
 CPU_TABLE: dict[Any, Callable[..., Any]] = {
     aten._native_batch_norm_legit_functional.default: batch_norm_training,
     aten.native_batch_norm_backward.default: batch_norm_backward,

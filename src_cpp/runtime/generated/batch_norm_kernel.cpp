@@ -99,17 +99,13 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
   c10::cuda::CUDAGuard guard(device);
   const auto options = tensors.at("x").options();
   for (const auto& [name, value] : g.outputs) {
-    const TensorType& type = graph_.value(value).tensor;
-    const auto sizes = evaluate_dims(type.sizes, bindings);
-    const auto strides = evaluate_dims(type.strides, bindings);
-    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
-    if (norm_tensor_dtype(g.spec, name) != type.dtype)
+    if (norm_tensor_dtype(g.spec, name) != graph_.value(value).tensor.dtype)
       return fail("the output " + name + " has another dtype than the kernel writes");
-    const auto dtype = static_cast<c10::ScalarType>(type.dtype);
-    at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
-    if (!t.is_contiguous() || t.numel() != cols)
+    const std::optional<at::Tensor> t = planned_output(name, value, options, bindings, planned);
+    if (!t) return false;
+    if (!t->is_contiguous() || t->numel() != cols)
       return fail("the output " + name + " is not one contiguous value per channel");
-    tensors[name] = t;
+    tensors[name] = *t;
   }
   // The first variant reads whole vectors with 32-bit indices.
   bool fast =
@@ -157,15 +153,11 @@ bool NormKernel::launch_group_norm(ValueSlots& slots, const SymbolBindings& bind
   c10::cuda::CUDAGuard guard(x.device());
   const auto options = x.options();
   for (const auto& [name, value] : g.outputs) {
-    const TensorType& type = graph_.value(value).tensor;
-    const auto sizes = evaluate_dims(type.sizes, bindings);
-    const auto strides = evaluate_dims(type.strides, bindings);
-    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
-    const auto dtype = static_cast<c10::ScalarType>(norm_tensor_dtype(g.spec, name));
-    at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
-    if (!t.is_contiguous() || t.dim() != 2 || t.size(0) != batch)
+    const std::optional<at::Tensor> t = planned_output(name, value, options, bindings, planned);
+    if (!t) return false;
+    if (!t->is_contiguous() || t->dim() != 2 || t->size(0) != batch)
       return fail("the output " + name + " is not a contiguous [N, groups or channels]");
-    tensors[name] = t;
+    tensors[name] = *t;
   }
   const std::int64_t groups = tensors.at("mean").size(1);
   if (groups <= 0 || channels % groups != 0 || tensors.at("channel_mean").size(1) != channels)

@@ -42,14 +42,10 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
   }
   c10::cuda::CUDAGuard guard(x.device());
   for (const auto& [name, value] : g.outputs) {
-    const TensorType& type = graph_.value(value).tensor;
-    const auto sizes = evaluate_dims(type.sizes, bindings);
-    const auto strides = evaluate_dims(type.strides, bindings);
-    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
-    const auto dtype = static_cast<c10::ScalarType>(norm_tensor_dtype(g.spec, name));
-    at::Tensor t = planned.empty_strided(value, *sizes, *strides, x.options().dtype(dtype));
-    if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
-    tensors[name] = t;
+    const std::optional<at::Tensor> t = planned_output(name, value, x.options(), bindings, planned);
+    if (!t) return false;
+    if (!t->is_contiguous()) return fail("the output " + name + " is not contiguous");
+    tensors[name] = *t;
   }
   // The gradient may be wider than the logits: Note [Padded cross-entropy gradient].
   std::int64_t out_row_stride = cols;

@@ -120,6 +120,21 @@ std::optional<std::map<std::string, at::Tensor>> NormKernel::input_tensors(
   return tensors;
 }
 
+std::optional<at::Tensor> NormKernel::planned_output(const std::string& name, ValueId value,
+                                                     const at::TensorOptions& options,
+                                                     const SymbolBindings& bindings,
+                                                     PlannedOutputs& planned) const {
+  const TensorType& type = graph_.value(value).tensor;
+  const auto sizes = evaluate_dims(type.sizes, bindings);
+  const auto strides = evaluate_dims(type.strides, bindings);
+  if (!sizes || !strides) {
+    fail("an output size depends on an unbound symbol");
+    return std::nullopt;
+  }
+  const auto dtype = static_cast<c10::ScalarType>(norm_tensor_dtype(group_->spec, name));
+  return planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
+}
+
 bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
                         PlannedOutputs& planned) const {
   const NormGroup& g = *group_;
@@ -182,13 +197,10 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
       tensors[name] = at::empty({cols}, options.dtype(dtype));
       continue;
     }
-    const TensorType& type = graph_.value(value).tensor;
-    const auto sizes = evaluate_dims(type.sizes, bindings);
-    const auto strides = evaluate_dims(type.strides, bindings);
-    if (!sizes || !strides) return fail("an output size depends on an unbound symbol");
-    at::Tensor t = planned.empty_strided(value, *sizes, *strides, options.dtype(dtype));
-    if (!t.is_contiguous()) return fail("the output " + name + " is not contiguous");
-    tensors[name] = t;
+    const std::optional<at::Tensor> t = planned_output(name, value, options, bindings, planned);
+    if (!t) return false;
+    if (!t->is_contiguous()) return fail("the output " + name + " is not contiguous");
+    tensors[name] = *t;
   }
   bool aligned = rows * cols < kIndex32Limit;
   for (const auto& [name, t] : tensors) {

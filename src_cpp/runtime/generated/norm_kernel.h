@@ -33,6 +33,13 @@ class NormKernel final : public GroupKernel<NormGroup> {
   // The group's input tensors by kernel name, each a CUDA tensor of the
   // dtype the kernel reads; std::nullopt (after fail()) when one is not.
   std::optional<std::map<std::string, at::Tensor>> input_tensors(const ValueSlots& slots) const;
+  // Output `name` (graph value `value`) in the memory plan, with its
+  // compiled sizes and strides and the dtype the kernel writes;
+  // std::nullopt (after fail()) when a size depends on an unbound symbol.
+  std::optional<at::Tensor> planned_output(const std::string& name, ValueId value,
+                                           const at::TensorOptions& options,
+                                           const SymbolBindings& bindings,
+                                           PlannedOutputs& planned) const;
 };
 
 // k for a prologue input's parameter "in<k>" (Note [Norm prologues]), else -1.
