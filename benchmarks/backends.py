@@ -30,9 +30,10 @@ REGISTRY: dict[str, dict[str, Any] | None] = {
     "mybackend": dict(backend="mybackend", mode="default"),
     "mybackend-reduce-overhead": dict(backend="mybackend", mode="reduce-overhead"),
     # What the compiled graphs run when no eager floor stands in for them
-    # (profiles of rows where the floor chose eager).
+    # (profiles of rows where the floor chose eager). torch.compile takes a
+    # mode or options, not both: cuda_graphs is what reduce-overhead sets.
     "mybackend-reduce-overhead-no-floor": dict(
-        backend="mybackend", mode="reduce-overhead", options={"eager_floor": False}
+        backend="mybackend", options={"cuda_graphs": True, "eager_floor": False}
     ),
     # Without generated kernels: ATen calls and cuBLASLt groups only.
     "mybackend-no-generated": dict(backend="mybackend", options={"generated_kernels": False}),

@@ -227,22 +227,18 @@ def recompiles() -> int:
 
 
 def floor_choices(records: list[Any]) -> dict[str, str]:
-    """What mybackend's eager floors did, by graph: each inference graph's own
-    (Note [Eager is the floor]) and each training graph's step floor (Note [A
-    training step is timed whole]), found among the live objects since no
-    record holds it. Graphs without a floor (CPU graphs, collectives) are
-    left out; so are graphs that fell back to eager."""
-    import mybackend.compiled
-
-    floors = {}
+    """What mybackend's eager floors did (Note [Eager is the floor]), one
+    per dynamo graph, named by the first of its graphs compiled. Graphs
+    without a floor (CPU graphs, collectives) are left out; so are graphs
+    that fell back to eager."""
+    floors: dict[str, str] = {}
+    seen: set[int] = set()
     for record in records:
-        floor = getattr(record.compiled, "floor", None)
-        if floor is not None and not record.fallback_reason:
-            floors[record.name] = floor.describe().removeprefix("eager floor: ")
-    step_call = getattr(mybackend.compiled, "StepFloorCall", None)
-    steps = [o for o in gc.get_objects() if step_call is not None and type(o) is step_call]
-    for index, call in enumerate(steps):
-        floors[f"training graph {index}"] = call.floor.describe().removeprefix("eager floor: ")
+        floor = getattr(record, "floor", None)
+        if floor is None or record.fallback_reason or id(floor) in seen:
+            continue
+        seen.add(id(floor))
+        floors[record.name] = floor.describe().removeprefix("eager floor: ")
     return floors
 
 

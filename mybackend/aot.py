@@ -40,8 +40,7 @@ from mybackend.compile_times import (
 )
 from mybackend.compiled import CompiledGraphFunction, EagerGraphFunction
 from mybackend.decompositions import decomposition_table
-from mybackend.distributed import count_aot_compile, has_collectives, multi_rank
-from mybackend.eager_floor import EagerFloor, FloorInputs, floor_cache_path, runs_on_cuda
+from mybackend.distributed import count_aot_compile
 from mybackend.gc_pause import collections_paused
 from mybackend.hooks.background import BackgroundGraphFunction
 from mybackend.hooks.dumps import dump_graph
@@ -53,11 +52,7 @@ from mybackend.options import Options
 from mybackend.passes.common_subexpressions import eliminate_common_subexpressions
 from mybackend.passes.driver import DYNAMO, JOINT, PassContext, run_passes, selected
 from mybackend.passes.fake_prop import copy_graph
-from mybackend.passes.hoist import (
-    HoistedGraphFunction,
-    HoistedValues,
-    with_hoisted_inputs_ignored,
-)
+from mybackend.passes.hoist import HoistedGraphFunction, HoistedValues
 from mybackend.passes.pipeline import BEFORE_AOT, ON_JOINT, PER_GRAPH
 from mybackend.reports import GraphRecord, publish
 
@@ -220,29 +215,11 @@ def _compile_now(
     except Exception as error:
         record = GraphRecord(name, kind, ir_text, None, ctx.stage_times(), gm=gm)
         return _fall_back(record, example_inputs, options, error)
-    planned, example_inputs, hoist = ctx.gm, ctx.inputs(), ctx.hoist
+    planned, hoist = ctx.gm, ctx.hoist
     stage_times.extend(core.stage_times())
     # The planned graph is what the core compiled: its eager run (fallback,
     # accuracy check) names the same nodes and computes the same values.
-    floor: EagerFloor | None = None
-    floor_inputs: FloorInputs | None = None
-    # Note [No floor across collectives] (mybackend/distributed.py)
-    # A training graph's forward and backward are timed together, against the
-    # user's graph (Note [A training step is timed whole]).
-    floored = kind == "inference" and runs_on_cuda(example_inputs)
-    if options.eager_floor and floored and not (has_collectives(planned) or multi_rank()):
-        # Note [Eager is the floor]; the key is kept for a warm start (Note [Warm-started floors])
-        floor_inputs = FloorInputs.of(example_inputs)
-        cache_file = floor_cache_path(
-            options.cache_root(), ir_text, floor_inputs, repr(core_options)
-        )
-        floor = EagerFloor(name, cache_file)
-    # Hoisting added inputs: the floor's reference takes and ignores them. Only
-    # a floor runs the reference; without one, no copy of the graph is made.
-    reference: torch.fx.GraphModule | None = gm
-    if hoist is not None:
-        reference = with_hoisted_inputs_ignored(gm, hoist) if floor is not None else None
-    compiled = CompiledGraphFunction(name, lowered, core, planned, options, floor, reference)
+    compiled = CompiledGraphFunction(name, lowered, core, planned, options)
     record = GraphRecord(
         name, kind, ir_text, core.report, stage_times, compiled=compiled, gm=planned
     )
@@ -256,9 +233,7 @@ def _compile_now(
     if hoist is not None:
         result = HoistedGraphFunction(compiled, HoistedValues.from_plan(hoist))
     if warm_start.enabled(options):  # Note [Warm start]
-        parts = warm_start.CompiledParts(
-            kind, lowered, core, core_options, planned, hoist, floor_inputs, reference
-        )
+        parts = warm_start.CompiledParts(kind, lowered, core, core_options, planned, hoist)
         result.warm_recipe = warm_start.recipe_for(parts, options)
     # The core keeps `lowered` alive (its run_python_node); the tape is
     # the recipe's now, if anyone's.

@@ -17,11 +17,12 @@ from torch._dynamo import exc as dynamo_exc
 
 from mybackend._logging import apply_env_log_settings, get_logger, warn_once
 from mybackend.aot import compile_with_aot
-from mybackend.compiled import UserGraphFallback, with_step_floor
+from mybackend.compiled import UserGraphFallback, with_user_graph_floor
 from mybackend.distributed import FlattenedCall, flatten_list_input, has_nested_inputs
 from mybackend.gc_pause import collections_paused
+from mybackend.hooks.background import compiles_running
 from mybackend.options import Options
-from mybackend.reports import GraphRecord, publish
+from mybackend.reports import GraphRecord, collecting, publish
 
 BACKEND_NAME = "mybackend"
 log = get_logger("dynamo")
@@ -65,9 +66,13 @@ def mybackend_backend(
             flat_gm, flat_inputs, empty_list = flat
             flat_compiled = mybackend_backend(flat_gm, flat_inputs, mode, options)
             return FlattenedCall(flat_compiled, empty_list)
-        with collections_paused():  # Note [No cyclic collections while compiling]
+        # Note [No cyclic collections while compiling]
+        with collections_paused(), collecting() as records:
             compiled = compile_with_aot(gm, example_inputs, parsed)
-        compiled = with_step_floor(compiled, gm, example_inputs, parsed)
+        # Note [Eager is the floor]
+        compiled = with_user_graph_floor(
+            compiled, gm, example_inputs, parsed, records, compiles_running
+        )
         if parsed.strict:
             return compiled
         # Note [Recovery runs the user's program]

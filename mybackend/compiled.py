@@ -44,6 +44,7 @@ import torch
 from mybackend._logging import get_logger, warn_once
 from mybackend.distributed import has_collectives, multi_rank
 from mybackend.eager_floor import (
+    CudaCallTimer,
     EagerFloor,
     FloorInputs,
     StepTimer,
@@ -53,6 +54,7 @@ from mybackend.eager_floor import (
 from mybackend.hooks.accuracy import check_partitions, warn_if_exceeded
 from mybackend.lowering import LoweredGraph
 from mybackend.options import Options
+from mybackend.reports import GraphRecord
 
 log = get_logger("runtime")
 
@@ -74,8 +76,6 @@ class CompiledGraphFunction:
         compiled: Any,  # _C.CompiledGraph
         eager: Callable[..., Any],
         options: Options,
-        floor: EagerFloor | None = None,
-        reference: Callable[..., Any] | None = None,
     ) -> None:
         self.name = name
         self._compiled = compiled
@@ -83,11 +83,6 @@ class CompiledGraphFunction:
         self._eager = eager
         self._options = options
         self._fell_back = False
-        # Note [Eager is the floor]: `reference` is the graph before mybackend's
-        # rewrites, what eager would run; the floor times it against the core.
-        self.floor = floor
-        self._reference = reference if reference is not None else eager
-        self._ran_once = False  # the first call is the core's trial (recovery window)
         self._check_accuracy = options.accuracy_check
         self.record: Any = None  # its GraphRecord, set by the compiler
         self.warm_recipe: Any = None  # set when warm start keeps it (mybackend/warm_start.py)
@@ -105,18 +100,9 @@ class CompiledGraphFunction:
                     raise
                 warn_once(f"accuracy:{self.name}", f"mybackend: accuracy check of "
                           f"{self.name} failed ({type(error).__name__}: {error})")  # fmt: skip
-        if self.floor is not None and self._ran_once:
-            return self.floor.call(args, self._run_compiled, self._run_reference)
-        outputs = self._run_compiled(args)
-        self._ran_once = True
-        return outputs
-
-    def _run_reference(self, args: list[Any]) -> list[Any]:
-        return run_eager_boxed(self._reference, args)
+        return self._run_compiled(args)
 
     def _run_compiled(self, args: list[Any]) -> list[Any]:
-        if self._fell_back:  # recovered while the floor measured
-            return run_eager_boxed(self._eager, args)
         # Note [Boxed inputs die in the graph]: `args` is the only holder here.
         count = len(args)
         args.extend(self._constants)
@@ -218,21 +204,28 @@ class UserGraphFallback(_AotWrapper):
             return outputs
 
 
-class StepFloorCall(_AotWrapper):
-    """A training graph's floor (Note [A training step is timed whole] in
+class UserGraphFloorCall(_AotWrapper):
+    """The eager floor of one dynamo graph (Note [Eager is the floor] in
     mybackend/eager_floor.py): aot_autograd's compiled function against the
-    user's graph, each call with its backward."""
+    user's graph, a training call with its backward (Note [A training step is
+    timed whole])."""
 
     def __init__(
-        self, compiled: Callable[..., Any], user_graph: Callable[..., Any], floor: EagerFloor
+        self,
+        compiled: Callable[..., Any],
+        user_graph: Callable[..., Any],
+        floor: EagerFloor,
+        compiling: Callable[[], bool] = lambda: False,
     ) -> None:
         self._compiled = compiled
         self._user_graph = user_graph
         self.floor = floor
+        # Note [No floor while compiling in the background]
+        self._compiling = compiling
         self._ran_once = False  # the first call is the compiled graph's trial
 
     def __call__(self, *args: Any) -> Any:
-        if not self._ran_once:
+        if not self._ran_once or (self.floor.choice is None and self._compiling()):
             outputs = self._compiled(*args)
             self._ran_once = True
             return outputs
@@ -245,27 +238,35 @@ class StepFloorCall(_AotWrapper):
         return self._user_graph(*args)
 
 
-def with_step_floor(
+def with_user_graph_floor(
     compiled: Callable[..., Any],
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     options: Options,
+    records: Sequence[GraphRecord] = (),
+    compiling: Callable[[], bool] = lambda: False,
 ) -> Callable[..., Any]:
-    """Puts a training graph's floor in front of aot_autograd's compiled
-    function (Note [A training step is timed whole]); an inference graph
-    keeps its floor per ATen graph (Note [Eager is the floor])."""
+    """Puts the eager floor in front of aot_autograd's compiled function for
+    one dynamo graph on CUDA (Note [Eager is the floor]). ``records`` are the
+    graphs compiled for it so far: explain() shows the floor with them.
+    ``compiling`` says whether a background compile is still running."""
     if not (
         options.eager_floor
-        and is_training_graph(example_inputs)
         and runs_on_cuda(example_inputs)
         and not has_collectives(gm)  # Note [No floor across collectives]
         and not multi_rank()
     ):
         return compiled
+    training = is_training_graph(example_inputs)
+    # "step:" as the training floor's key was first written: choices stay found.
+    kind = "step" if training else "inference"
     inputs = FloorInputs.of(example_inputs)
-    cache_file = floor_cache_path(options.cache_root(), gm.code, inputs, f"step:{options!r}")
-    floor = EagerFloor(f"{type(gm).__name__} (training step)", cache_file, timer=StepTimer())
-    return StepFloorCall(compiled, gm.forward, floor)
+    cache_file = floor_cache_path(options.cache_root(), gm.code, inputs, f"{kind}:{options!r}")
+    name = f"{type(gm).__name__} ({'training step' if training else 'inference'})"
+    floor = EagerFloor(name, cache_file, timer=StepTimer() if training else CudaCallTimer())
+    for record in records:
+        record.floor = floor
+    return UserGraphFloorCall(compiled, gm.forward, floor, compiling)
 
 
 def is_training_graph(example_inputs: Sequence[Any]) -> bool:

@@ -198,9 +198,10 @@ class Options:
     )
     eager_floor: bool = _field(
         True,
-        "Time each compiled CUDA graph against its ATen graph run eagerly on its first calls "
-        "(alternating, about 16 calls) and run the faster from then on, so that a compiled "
-        "graph is never slower than eager; the choice is kept in the kernel cache folder "
+        "Time each compiled CUDA graph against the user's graph run eagerly (a training "
+        "call with its backward) on its first calls (alternating, about 16 calls) and run "
+        "the faster from then on, so that a compiled graph is never slower than eager; "
+        "the choice is kept in the kernel cache folder "
         "for later processes; and time each cuDNN convolution group against its ATen form "
         "on its first call, running the faster, that choice kept there too "
         "(docs/design/0010-eager-floor.md).",

@@ -32,6 +32,9 @@ class GraphRecord:
     compiled: Any = None  # the CompiledGraphFunction, for its run counters
     gm: Any = None  # the ATen torch.fx.GraphModule, for the partition map
     repro_path: str | None = None  # the reproducer written when compiling failed
+    # The EagerFloor of the dynamo graph this graph was compiled for (Note
+    # [Eager is the floor]); None: not measured.
+    floor: Any = None
 
     @property
     def core_report(self) -> CoreReport | None:
@@ -143,8 +146,7 @@ def graph_stats(record: GraphRecord) -> dict[str, int]:
 
 def graph_floor(record: GraphRecord) -> str | None:
     """What the eager floor measured and chose for one graph (None: not measured)."""
-    floor = getattr(record.compiled, "floor", None)
-    return None if floor is None else str(floor.describe())
+    return None if record.floor is None else str(record.floor.describe())
 
 
 def graph_dict(record: GraphRecord) -> dict[str, Any]:

@@ -71,17 +71,11 @@ set through the environment included); compile_core then plans with
 are not part of the plan: they are made again on the first run.
 
 Note [Warm-started floors]
-A loaded graph keeps the eager floor (Note [Eager is the floor] in
-mybackend/eager_floor.py) as the compiling process set it up: the recipe
-holds the floor's key (the example inputs' shapes and CUDA device; the IR
-text comes from the rebuilt graph, the core options are the recipe's), so
-the loading process finds the choice file the first one wrote, or measures
-and writes it. The floor times the compiled graph against aot_autograd's
-graph before mybackend's per-graph passes; the recipe keeps that graph too,
-pickled and unpickled on the floor's first eager call only, so that both
-processes measure against the same eager program. It is kept only for a
-graph with a floor, and not when it is the planned graph itself (no pass
-replaced it): the planned graph stands in.
+The eager floor sits in front of dynamo's graph, outside what aot_autograd
+caches (Note [Eager is the floor] in mybackend/eager_floor.py): a loaded
+process calls the backend with the same dynamo graph and example inputs,
+so its floor is keyed as the compiling process's was and finds the choice
+file that process wrote. A recipe holds nothing of the floor.
 """
 
 from __future__ import annotations
@@ -120,7 +114,6 @@ from mybackend.compile_times import (
     count,
 )
 from mybackend.compiled import CompiledGraphFunction
-from mybackend.eager_floor import EagerFloor, FloorInputs, floor_cache_path
 from mybackend.lowering import LoweredGraph
 from mybackend.lowering.graph_tape import GraphTape
 from mybackend.options import Options
@@ -272,11 +265,6 @@ class GraphRecipe:
     hoist_prepare: bytes | None = None
     hoist_positions: list[int] = dataclasses.field(default_factory=list)
     plan: bytes | None = None  # Note [Saved core plans]
-    # Note [Warm-started floors]: what keys the eager floor's choice (None:
-    # the graph had no floor), and the floor's reference graph, pickled
-    # (None: the planned graph is the reference).
-    floor_inputs: FloorInputs | None = None
-    reference: bytes | None = None
 
     def build(self, name: str) -> Callable[[list[Any]], Any]:
         """The compiled graph this recipe describes, published as a record."""
@@ -287,13 +275,7 @@ class GraphRecipe:
         lowered = LoweredGraph(graph, self.constants, {}, self.tape)
         eager = DeferredGraphModule(self.eager)
         ir_text = graph.to_text(True)
-        floor = None
-        if self.floor_inputs is not None:  # Note [Warm-started floors]
-            cache_root = self.options.cache_root()
-            key = repr(self.core_options)  # what the compiling process keyed it by
-            floor = EagerFloor(name, floor_cache_path(cache_root, ir_text, self.floor_inputs, key))
-        reference = None if self.reference is None else DeferredGraphModule(self.reference)
-        compiled = CompiledGraphFunction(name, lowered, core, eager, self.options, floor, reference)
+        compiled = CompiledGraphFunction(name, lowered, core, eager, self.options)
         stage_times = [(WARM_STAGE, rebuilt), *core.stage_times()]
         record = GraphRecord(name, self.kind, ir_text, core.report, stage_times, compiled=compiled)
         compiled.record = record
@@ -314,10 +296,6 @@ class CompiledParts:
     core_options: dict[str, Any]  # what _C.compile read
     planned: torch.fx.GraphModule  # the graph lowered, after the per-graph passes
     hoist: HoistPlan | None
-    # The eager floor's key (None: no floor) and reference graph (None: the
-    # planned graph is the reference): Note [Warm-started floors].
-    floor_inputs: FloorInputs | None = None
-    reference: torch.fx.GraphModule | None = None
 
 
 def recipe_for(parts: CompiledParts, options: Options) -> GraphRecipe | str:
@@ -336,14 +314,9 @@ def _recipe_for(parts: CompiledParts, options: Options) -> GraphRecipe | str:
     if lowered.python_nodes:
         # Their callables hold FX nodes; a later format may carry them.
         return f"{len(lowered.python_nodes)} nodes run in Python"
-    # Note [Warm-started floors]: the reference only matters to a floor.
-    reference = parts.reference if parts.floor_inputs is not None else None
     try:
         eager = pickle_graph_module(parts.planned)
         prepare = None if hoist is None else pickle_graph_module(hoist.prepare)
-        reference_bytes = None
-        if reference is not None and reference is not parts.planned:
-            reference_bytes = pickle_graph_module(reference)
     except Exception as error:  # a call target pickle cannot name, say
         return f"its ATen graph does not pickle ({type(error).__name__}: {error})"
     return GraphRecipe(
@@ -356,8 +329,6 @@ def _recipe_for(parts: CompiledParts, options: Options) -> GraphRecipe | str:
         hoist_prepare=prepare,
         hoist_positions=[] if hoist is None else list(hoist.prepare_inputs),
         plan=parts.core.plan_bytes(),  # Note [Saved core plans]
-        floor_inputs=parts.floor_inputs,
-        reference=reference_bytes,
     )
 
 

@@ -8,6 +8,16 @@ callable for good (never waiting for it). Results are the same either way:
 the eager path is the graph the core compiles. A compile failure on the
 worker follows the usual policy: warned once and eager from then on, or, in
 strict mode, raised by the first call after the failure.
+
+Note [No floor while compiling in the background]
+The eager floor (Note [Eager is the floor] in mybackend/eager_floor.py)
+times the compiled side against the user's graph. While a graph of it is
+still compiling, the compiled side runs that graph eagerly, and timing it
+would measure eager against eager. So the floor runs the compiled side
+untimed, counting no call, while any background compile of the process is
+running (``compiles_running``): process-wide, because the floor cannot see
+which of aot_autograd's graphs belong to it, and a floor that waits a little
+longer costs nothing but later measuring.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from mybackend.compiled import run_eager
 log = get_logger("runtime")
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_running = 0  # background compiles submitted and not finished, under _pool_lock
 
 
 def worker_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -37,6 +48,30 @@ def worker_pool() -> concurrent.futures.ThreadPoolExecutor:
                 max_workers=1, thread_name_prefix="mybackend-compile"
             )
         return _pool
+
+
+def _submit(compile_fn: Callable[[], Callable[..., Any]]) -> concurrent.futures.Future[Any]:
+    global _running
+    pool = worker_pool()
+    with _pool_lock:
+        _running += 1
+    # The worker sees the caller's context, so explain() collects its record.
+    future = pool.submit(contextvars.copy_context().run, compile_fn)
+    future.add_done_callback(_finished)
+    return future
+
+
+def _finished(_: concurrent.futures.Future[Any]) -> None:
+    global _running
+    with _pool_lock:
+        _running -= 1
+
+
+def compiles_running() -> bool:
+    """Whether a background compile is running (Note [No floor while
+    compiling in the background])."""
+    with _pool_lock:
+        return _running > 0
 
 
 class BackgroundGraphFunction:
@@ -56,8 +91,7 @@ class BackgroundGraphFunction:
         self._strict = strict
         self._compiled: Callable[..., Any] | None = None
         self.eager_calls = 0
-        # The worker sees the caller's context, so explain() collects its record.
-        self._future = worker_pool().submit(contextvars.copy_context().run, compile_fn)
+        self._future = _submit(compile_fn)
         log.debug("%s: compiling in the background", name)
 
     @property

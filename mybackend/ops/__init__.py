@@ -7,6 +7,8 @@ them into a graph:
   reached through the decomposition table (Note [Training batch norm]),
 - ``group_norm``: ``mybackend::group_norm_stats``, reached through the
   decomposition table (Note [Group-norm statistics]),
+- ``interpolate``: ``mybackend::interpolate``, ``F.interpolate`` kept whole
+  through aot_autograd (Note [Resampling kept whole]),
 - ``attention_masks``: SDPA masks made readable by fused attention kernels
   (Note [Attention masks with a broadcast last dim]).
 

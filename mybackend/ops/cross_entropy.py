@@ -57,6 +57,8 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor
 
+from mybackend.ops.dynamo_calls import bound_arguments, example_value
+
 # Where the rewrite applies: the fused kernels are CUDA kernels. Tests widen
 # it to run the whole path on the CPU (through the ATen implementations).
 REWRITTEN_DEVICES: Collection[str] = ("cuda",)
@@ -219,10 +221,6 @@ def pad_cross_entropy_gradients(graph: torch.fx.Graph) -> int:
     return replaced
 
 
-def _example(node: Any) -> Any:
-    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-
-
 def _is_shape_view(node: torch.fx.Node) -> bool:
     """A view, reshape or flatten of its first argument read by one node:
     one that gives the same values on a tensor of another dtype."""
@@ -257,7 +255,7 @@ def _upcast_source(node: torch.fx.Node) -> torch.fx.Node | None:
     elif node.target != "to" or dtype_args != [torch.float32]:
         return None
     source = node.args[0]
-    value = _example(source)
+    value = example_value(source)
     if not isinstance(source, torch.fx.Node) or not isinstance(value, Tensor):
         return None
     return source if value.dtype in (torch.bfloat16, torch.float16) else None
@@ -265,13 +263,10 @@ def _upcast_source(node: torch.fx.Node) -> torch.fx.Node | None:
 
 def _fusable_call(node: torch.fx.Node, devices: Collection[str]) -> dict[str, Any] | None:
     """The call's bound arguments when it can become fused_cross_entropy."""
-    try:
-        bound = _SIGNATURE.bind(*node.args, **node.kwargs)
-    except TypeError:
+    a = bound_arguments(node, _SIGNATURE)
+    if a is None:
         return None
-    bound.apply_defaults()
-    a = bound.arguments
-    x, target, result = _example(a["input"]), _example(a["target"]), _example(node)
+    x, target, result = example_value(a["input"]), example_value(a["target"]), example_value(node)
     if not all(isinstance(v, Tensor) for v in (x, target, result)):
         return None
     simple = (
@@ -297,9 +292,7 @@ def rewrite_cross_entropy(
     graph = gm.graph
     allowed = REWRITTEN_DEVICES if devices is None else devices
     rewritten = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not F.cross_entropy:
-            continue
+    for node in graph.find_nodes(op="call_function", target=F.cross_entropy):
         a = _fusable_call(node, allowed)
         if a is None:
             continue

@@ -283,23 +283,6 @@ def hoist_parameter_work(
     )
 
 
-def with_hoisted_inputs_ignored(gm: torch.fx.GraphModule, plan: HoistPlan) -> torch.fx.GraphModule:
-    """``gm`` (the graph before hoisting) taking the main graph's inputs: it
-    ignores the hoisted values and computes them itself, as eager does. The
-    eager floor times it (Note [Eager is the floor])."""
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node in placeholders:
-        env[node] = graph.node_copy(node)
-    for k in range(len(plan.hoisted_inputs)):
-        graph.placeholder(f"hoisted_{k}_unused")
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            env[node] = graph.node_copy(node, lambda n: env[n])
-    return new_graph_module(gm, graph)
-
-
 class HoistedValues:
     """The ``prepare`` graph's results, recomputed when an input it reads changes."""
 

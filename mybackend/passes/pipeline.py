@@ -22,6 +22,7 @@ from mybackend._logging import warn_once
 from mybackend.distributed import fsdp2_in_use
 from mybackend.ops.attention_masks import SDPA_TARGETS, rewrite_attention_masks
 from mybackend.ops.cross_entropy import rewrite_cross_entropy
+from mybackend.ops.interpolate import keep_resampling_whole
 from mybackend.options import Options, register_pass_names
 from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.passes.driver import GraphPass, PassContext, always
@@ -47,6 +48,10 @@ def _attention_masks(ctx: PassContext) -> int:
 
 def _cross_entropy(ctx: PassContext) -> int:
     return rewrite_cross_entropy(ctx.gm, recompile=False)
+
+
+def _resampling(ctx: PassContext) -> int:
+    return keep_resampling_whole(ctx.gm, recompile=False)
 
 
 def _channels_last(ctx: PassContext) -> int:
@@ -151,6 +156,8 @@ BEFORE_AOT: tuple[GraphPass, ...] = (
     GraphPass("attention_masks", always, _attention_masks, targets=SDPA_TARGETS),
     # Note [Fused cross-entropy]
     GraphPass("cross_entropy", _fused_cross_entropy, _cross_entropy, targets=(F.cross_entropy,)),
+    # Note [Resampling kept whole]
+    GraphPass("resampling", always, _resampling, targets=(F.interpolate,)),
 )
 
 ON_JOINT: tuple[GraphPass, ...] = (

@@ -17,6 +17,9 @@ void register_unclaimed_layout_contracts(CapabilityRegistry& registry) {
            "aten::upsample_bilinear2d.default",
            "aten::upsample_bilinear2d_backward.default",
            "aten::_unsafe_index.Tensor",
+           // F.interpolate kept whole (Note [Resampling kept whole] in
+           // mybackend/ops/interpolate.py): ATen's upsampling kernels.
+           "mybackend::interpolate.default",
            "aten::native_dropout.default",
            "aten::native_dropout_backward.default",
            "aten::hardswish_backward.default",

@@ -215,6 +215,8 @@ def test_backend_registry() -> None:
     assert REGISTRY["mybackend-reduce-overhead"] == dict(
         backend="mybackend", mode="reduce-overhead"
     )
+    # torch.compile refuses a mode together with options.
+    assert not [n for n, kwargs in REGISTRY.items() if {"mode", "options"} <= set(kwargs or {})]
     assert resolve("eager").is_eager
     spec = resolve("bench_fake_backends:add_one")
     assert spec.compile_kwargs == {"backend": fake.add_one} and spec.spec is not None

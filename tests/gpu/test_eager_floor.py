@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from mybackend.compiled import CompiledGraphFunction, StepFloorCall
+from mybackend.compiled import CompiledGraphFunction, UserGraphFloorCall
 from mybackend.eager_floor import COMPILED, EAGER
 from tests.testing import compiled_records
 
@@ -23,7 +23,7 @@ CALLS = 24  # enough for the floor's warm-up, samples and choice
 
 
 def _slowed(method: Any) -> Any:
-    def slow(self: CompiledGraphFunction, args: list[Any]) -> list[Any]:
+    def slow(self: Any, args: list[Any]) -> Any:
         torch.cuda._sleep(SPIN_CYCLES)
         return method(self, args)
 
@@ -45,8 +45,9 @@ def _mlp() -> nn.Module:
     return nn.Sequential(*layers).cuda()
 
 
-def _floors(records: list[Any]) -> dict[str, Any]:
-    return {r.name: r.compiled.floor for r in records if r.compiled is not None}
+def _floors(records: list[Any]) -> list[Any]:
+    """The floors of the dynamo graphs these graphs were compiled for."""
+    return list({id(r.floor): r.floor for r in records if r.floor is not None}.values())
 
 
 @pytest.mark.parametrize("slow_side", [COMPILED, EAGER])
@@ -54,10 +55,13 @@ def _floors(records: list[Any]) -> dict[str, Any]:
 def test_inference_runs_the_faster_side(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, slow_side: str, cuda_graphs: bool
 ) -> None:
-    slowed = "_run_compiled" if slow_side == COMPILED else "_run_reference"
-    monkeypatch.setattr(
-        CompiledGraphFunction, slowed, _slowed(getattr(CompiledGraphFunction, slowed))
+    # Note [Eager is the floor]: the eager side is the user's graph itself.
+    owner, slowed = (
+        (CompiledGraphFunction, "_run_compiled")
+        if slow_side == COMPILED
+        else (UserGraphFloorCall, "_run_user_graph")
     )
+    monkeypatch.setattr(owner, slowed, _slowed(getattr(owner, slowed)))
     model = _mlp().eval()
     options = {"cuda_graphs": cuda_graphs, "kernel_cache_dir": str(tmp_path), "strict": True}
     compiled = torch.compile(model, backend="mybackend", options=options)
@@ -70,7 +74,7 @@ def test_inference_runs_the_faster_side(
                 torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-4)
 
         _, records = compiled_records(calls)
-    (floor,) = _floors(records).values()
+    (floor,) = _floors(records)
     faster = EAGER if slow_side == COMPILED else COMPILED
     assert floor.choice == faster, floor.describe()
     assert list((tmp_path / "eager-floor").glob("*.json")), "the choice was not kept"
@@ -85,14 +89,14 @@ def test_a_training_step_is_timed_whole_against_the_users_graph(
     monkeypatch.setattr(
         CompiledGraphFunction, "_run_compiled", _slowed(CompiledGraphFunction._run_compiled)
     )
-    step_floors: list[StepFloorCall] = []
-    original_init = StepFloorCall.__init__
+    step_floors: list[UserGraphFloorCall] = []
+    original_init = UserGraphFloorCall.__init__
 
-    def init(self: StepFloorCall, *args: Any) -> None:
+    def init(self: UserGraphFloorCall, *args: Any) -> None:
         original_init(self, *args)
         step_floors.append(self)
 
-    monkeypatch.setattr(StepFloorCall, "__init__", init)
+    monkeypatch.setattr(UserGraphFloorCall, "__init__", init)
     model = _mlp()
     reference = _mlp()
     compiled = torch.compile(model, backend="mybackend", options={"kernel_cache_dir": "off"})
@@ -108,8 +112,8 @@ def test_a_training_step_is_timed_whole_against_the_users_graph(
 
     _, records = compiled_records(steps)
     assert {r.name.rsplit(".", 1)[-1] for r in records} >= {"forward", "backward"}
-    assert all(floor is None for floor in _floors(records).values())  # no per-graph floor
     (step,) = step_floors
+    assert _floors(records) == [step.floor]  # explain() shows it with the forward
     assert step.floor.choice == EAGER, step.floor.describe()
     # The backward counted: each half spins once, so a compiled step costs
     # about two spins; the forward alone would cost one.
@@ -138,11 +142,11 @@ def test_a_later_process_starts_with_the_kept_choice(
                 torch.cuda.synchronize()
 
         _, records = compiled_records(calls)
-        assert next(iter(_floors(records).values())).choice == EAGER
+        assert _floors(records)[0].choice == EAGER
         torch._dynamo.reset()  # what a new process starts from, but for the folder
         again = torch.compile(model, backend="mybackend", options=options)
         out, records = compiled_records(lambda: again(x))
-    (floor,) = _floors(records).values()
+    (floor,) = _floors(records)
     assert floor.from_cache and floor.choice == EAGER
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
 
@@ -152,4 +156,4 @@ def test_the_option_turns_it_off() -> None:
     compiled = torch.compile(model, backend="mybackend", options={"eager_floor": False})
     with torch.no_grad():
         _, records = compiled_records(lambda: compiled(torch.randn(8, 64, device="cuda")))
-    assert all(floor is None for floor in _floors(records).values())
+    assert _floors(records) == []

@@ -165,6 +165,12 @@ NEAREST = case(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"))
 BILINEAR = case(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"))
 NEAREST_SIZE = case(lambda x: aten.upsample_nearest2d.default(x, [12, 16]))
 BILINEAR_SIZE = case(lambda x: aten.upsample_bilinear2d.default(x, [12, 16], True))
+# Note [Resampling kept whole]: under no_grad these become mybackend::interpolate.
+INTERPOLATE = case(lambda x: (
+    F.interpolate(x, scale_factor=2, mode="bilinear"),
+    F.interpolate(x, size=(5, 11), mode="nearest"),
+    F.interpolate(x, scale_factor=1.5, mode="bicubic", align_corners=True),
+))  # fmt: skip
 DROPOUT = case(lambda x: aten.native_dropout.default(x, 0.0, True)[0])  # p = 0: deterministic
 CONVOLUTION = case(lambda x: F.conv2d(x, _ramp(x, 8, 8, 3, 3, lo=-0.2, hi=0.2), padding=1))
 
@@ -317,6 +323,7 @@ CASES: dict[str, Case] = {
     "aten::upsample_bilinear2d.vec": BILINEAR,
     "aten::upsample_bilinear2d.default": BILINEAR_SIZE,
     "aten::upsample_bilinear2d_backward.default": backward_of(BILINEAR_SIZE),
+    "mybackend::interpolate.default": INTERPOLATE,
     "aten::_unsafe_index.Tensor": case(
         lambda x: aten._unsafe_index.Tensor(x, [None, None, _idx(x, 0, 0, 5, 7)])),
     "aten::constant_pad_nd.default": case(lambda x: (F.pad(x, (1, 2, 0, 3), value=0.5),

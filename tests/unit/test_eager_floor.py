@@ -5,18 +5,19 @@ failing eager side, and the choice kept on disk."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-from mybackend.compiled import StepFloorCall, is_training_graph, with_step_floor
+from mybackend.compiled import UserGraphFloorCall, is_training_graph, with_user_graph_floor
 from mybackend.eager_floor import (
     COMPILED,
     EAGER,
+    CudaCallTimer,
     EagerFloor,
     FloorSettings,
     StepTimer,
@@ -24,6 +25,7 @@ from mybackend.eager_floor import (
 )
 from mybackend.options import Options
 from mybackend.reports import GraphRecord, graph_floor
+from tests.testing import compiled_records
 
 SETTINGS = FloorSettings(warmup=2, samples=3, margin=0.05)
 
@@ -193,7 +195,7 @@ def test_a_corrupt_choice_file_is_measured_again(tmp_path: Path, content: str) -
 def test_explain_shows_the_floor_of_each_graph() -> None:
     timer = ScriptedTimer(compiled_ms=3.0, eager_ms=1.0)
     floor = EagerFloor("g", None, SETTINGS, timer)
-    record = GraphRecord("g", "inference", "", None, [], compiled=SimpleNamespace(floor=floor))
+    record = GraphRecord("g", "inference", "", None, [], floor=floor)
     assert graph_floor(record) == "eager floor: measuring (0 of 3 eager calls timed)"
     _drive(floor, Sides(timer), 20, torch.ones(2))
     assert graph_floor(record) == (
@@ -281,57 +283,135 @@ def test_a_call_without_backward_costs_its_forward_and_leaves_no_hook() -> None:
     assert not plain.expects_backward and timer.ready(plain)
 
 
-def test_the_step_floor_runs_the_users_graph_once_eager_wins() -> None:
+class ScriptedSides:
+    """aot_autograd's compiled function and the user's graph, unboxed."""
+
+    def __init__(self, timer: ScriptedTimer) -> None:
+        self.timer = timer
+        self.calls: list[str] = []
+
+    def compiled(self, *args: Any) -> str:
+        return self._run(COMPILED)
+
+    def user_graph(self, *args: Any) -> str:
+        return self._run(EAGER)
+
+    def _run(self, side: str) -> str:
+        self.timer.side = side
+        self.calls.append(side)
+        return side
+
+
+def test_the_floor_runs_the_users_graph_once_eager_wins() -> None:
     timer = ScriptedTimer(compiled_ms=10.0, eager_ms=1.0)
     floor = EagerFloor("step", None, SETTINGS, timer)
-    calls: list[str] = []
-
-    def compiled(*args: Any) -> str:
-        timer.side = COMPILED
-        calls.append(COMPILED)
-        return COMPILED
-
-    def user_graph(*args: Any) -> str:
-        timer.side = EAGER
-        calls.append(EAGER)
-        return EAGER
-
-    step = StepFloorCall(compiled, user_graph, floor)
+    sides = ScriptedSides(timer)
+    call = UserGraphFloorCall(sides.compiled, sides.user_graph, floor)
     for _ in range(1 + 2 * (SETTINGS.warmup + SETTINGS.samples) + 1):
-        step(torch.ones(1))
-    assert calls[0] == COMPILED  # the compiled graph's trial call
+        call(torch.ones(1))
+    assert sides.calls[0] == COMPILED  # the compiled graph's trial call
     assert floor.choice == EAGER
-    assert step(torch.ones(1)) == EAGER
+    assert call(torch.ones(1)) == EAGER
 
 
-def test_only_training_graphs_on_cuda_get_a_step_floor() -> None:
+def test_no_call_is_timed_while_a_background_compile_runs() -> None:
+    # Note [No floor while compiling in the background]
+    timer = ScriptedTimer(compiled_ms=10.0, eager_ms=1.0)
+    floor = EagerFloor("g", None, SETTINGS, timer)
+    sides = ScriptedSides(timer)
+    compiling = [True]
+    call = UserGraphFloorCall(sides.compiled, sides.user_graph, floor, lambda: compiling[0])
+    for _ in range(30):
+        call(torch.ones(1))
+    assert sides.calls == [COMPILED] * 30 and floor.choice is None
+    assert floor.describe() == "eager floor: measuring (0 of 3 eager calls timed)"
+    compiling[0] = False
+    for _ in range(2 * (SETTINGS.warmup + SETTINGS.samples) + 1):
+        call(torch.ones(1))
+    assert floor.choice == EAGER
+
+
+def _compiled(*args: Any) -> None:
+    return None
+
+
+def _on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mybackend.compiled as compiled_module
+
+    monkeypatch.setattr(compiled_module, "runs_on_cuda", lambda inputs: True)
+
+
+def test_only_graphs_on_cuda_get_a_floor() -> None:
     gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
     weight = torch.nn.Parameter(torch.ones(2))
     assert is_training_graph([weight])
     with torch.no_grad():
         assert not is_training_graph([weight])
     assert not is_training_graph([torch.ones(2)])
-
-    def compiled(*args: Any) -> None:
-        return None
-
     # On the CPU mybackend runs ATen: nothing to time.
-    assert with_step_floor(compiled, gm, [weight], Options()) is compiled
+    assert with_user_graph_floor(_compiled, gm, [weight], Options()) is _compiled
+    with torch.no_grad():
+        assert with_user_graph_floor(_compiled, gm, [weight], Options()) is _compiled
 
 
-def test_no_step_floor_while_one_of_several_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Note [No floor across collectives]: a rank's step waits for the others.
-    import mybackend.compiled as compiled_module
-
-    monkeypatch.setattr(compiled_module, "runs_on_cuda", lambda inputs: True)
+def test_inference_and_training_graphs_are_timed_against_the_users_graph(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _on_cuda(monkeypatch)
     gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
     weight = torch.nn.Parameter(torch.ones(2))
+    options = Options.from_user(None, {"kernel_cache_dir": str(tmp_path)})
+    records = [GraphRecord("graph0.forward", "forward", "", None, [])]
+    step = with_user_graph_floor(_compiled, gm, [weight], options, records)
+    with torch.no_grad():
+        inference = with_user_graph_floor(_compiled, gm, [weight], options)
+    assert isinstance(step, UserGraphFloorCall) and isinstance(inference, UserGraphFloorCall)
+    assert isinstance(step.floor._timer, StepTimer)  # forward and backward
+    assert type(inference.floor._timer) is CudaCallTimer  # the call alone
+    assert step._user_graph == gm.forward and inference._user_graph == gm.forward
+    assert records[0].floor is step.floor  # explain() shows it with the graph
+    assert "training step" in step.floor.name and "inference" in inference.floor.name
+    # One dynamo graph, two programs: their choices are kept apart.
+    assert step.floor._cache_file != inference.floor._cache_file
+    assert Options.from_user(None, {"eager_floor": False}).eager_floor is False
+    off = Options.from_user(None, {"eager_floor": False, "kernel_cache_dir": str(tmp_path)})
+    assert with_user_graph_floor(_compiled, gm, [weight], off) is _compiled
 
-    def compiled(*args: Any) -> None:
-        return None
 
+def test_no_floor_while_one_of_several_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Note [No floor across collectives]: a rank's step waits for the others.
+    _on_cuda(monkeypatch)
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
+    weight = torch.nn.Parameter(torch.ones(2))
     options = Options.from_user(None, {"kernel_cache_dir": "off"})
-    assert isinstance(with_step_floor(compiled, gm, [weight], options), StepFloorCall)
+    assert isinstance(with_user_graph_floor(_compiled, gm, [weight], options), UserGraphFloorCall)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *args: 2)
-    assert with_step_floor(compiled, gm, [weight], options) is compiled
+    assert with_user_graph_floor(_compiled, gm, [weight], options) is _compiled
+    with torch.no_grad():
+        assert with_user_graph_floor(_compiled, gm, [weight], options) is _compiled
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm-start"])
+def test_a_later_compile_of_the_graph_finds_its_choice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, warm: bool
+) -> None:
+    # Note [Warm-started floors]: the floor keys by dynamo's graph, which a
+    # later process (dynamo reset here) traces again, warm-started or not.
+    _on_cuda(monkeypatch)
+    options = {"kernel_cache_dir": str(tmp_path), "warm_start": warm}
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU()).eval()
+    x = torch.randn(2, 4)
+    floors = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="mybackend", options=options)
+        with torch.no_grad():
+            _, records = compiled_records(functools.partial(compiled, x))  # untimed trial
+        (floor,) = {id(r.floor): r.floor for r in records if r.floor is not None}.values()
+        floors.append(floor)
+        if len(floors) == 1:  # what the first process chose
+            floor._settle(EAGER, 2.0, 1.0)
+            floor._save()
+    assert floors[1].from_cache and floors[1].choice == EAGER
+    assert floors[1]._cache_file == floors[0]._cache_file

@@ -171,7 +171,7 @@ def test_the_graph_after_each_changing_pass_is_dumped(tmp_path: Path) -> None:
 def test_the_pass_lists() -> None:
     names = [[p.name for p in passes] for passes in pipeline.LISTS]
     assert names == [
-        ["attention_masks", "cross_entropy"],
+        ["attention_masks", "cross_entropy", "resampling"],
         ["layout", "padding"],
         ["input_mutations", "empty_pads", "padding", "layout", "hoisting",
          "memory_order_reductions",

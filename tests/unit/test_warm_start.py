@@ -38,7 +38,6 @@ from mybackend.compile_times import (
     WARM_STAGE,
     breakdown,
 )
-from mybackend.eager_floor import EAGER, FloorInputs, floor_cache_file
 from mybackend.lowering import lower
 from mybackend.options import Options
 from tests.testing import run_in_fresh_python
@@ -267,21 +266,12 @@ def test_a_saved_plan_is_compiled_without_planning_and_a_wrong_one_plans_again()
     assert after.get(CORE_PLAN_LOADS, 0) == before.get(CORE_PLAN_LOADS, 0)
 
 
-def _recipe(
-    options: Options,
-    floor: bool = False,
-    make_reference: Callable[[torch.fx.GraphModule], torch.fx.GraphModule] | None = None,
-) -> tuple[warm_start.GraphRecipe, list[torch.Tensor]]:
-    """The recipe of the MLP's forward graph: with ``floor``, one that had
-    an eager floor, timed against ``make_reference``'s graph."""
+def _recipe(options: Options) -> tuple[warm_start.GraphRecipe, list[torch.Tensor]]:
+    """The recipe of the MLP's forward graph."""
     lowered, inputs, planned = _lowered_mlp()
     core_options = options.core_options()
     core = _C.compile(lowered.graph, core_options)
-    floor_inputs = FloorInputs.of(inputs) if floor else None
-    reference = make_reference(planned) if make_reference is not None else None
-    parts = warm_start.CompiledParts(
-        "forward", lowered, core, core_options, planned, None, floor_inputs, reference
-    )
+    parts = warm_start.CompiledParts("forward", lowered, core, core_options, planned, None)
     recipe = warm_start.recipe_for(parts, options)
     assert isinstance(recipe, warm_start.GraphRecipe), recipe
     return recipe, inputs
@@ -346,45 +336,3 @@ def test_the_breakdown_shows_the_rebuild_apart_from_planning() -> None:
     stages = breakdown({}, {}, 2.0, [record])
     assert stages["mybackend warm start (IR rebuilt from the cache)"] == 0.25
     assert stages["mybackend core: planning (capability, partition, fusion)"] == 0.5
-
-
-def _doubled(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose outputs are doubled: a reference graph that
-    tells, by its results, that it ran."""
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in gm.graph.nodes:
-        if node.op == "output":
-            outputs = [graph.call_function(torch.ops.aten.mul.Tensor, (env[o], 2))
-                       for o in node.args[0]]  # fmt: skip
-            graph.output(outputs)
-        else:
-            env[node] = graph.node_copy(node, env.__getitem__)
-    return torch.fx.GraphModule(gm, graph)
-
-
-def test_a_loaded_graph_keeps_its_eager_floor(tmp_path: Path) -> None:
-    """Note [Warm-started floors]: the floor's key and reference graph come
-    back from the recipe, and the loaded graph finds the choice the first
-    process saved."""
-    options = Options(warm_start=True, kernel_cache_dir=str(tmp_path))
-    recipe, inputs = _recipe(options, floor=True, make_reference=_doubled)
-    assert recipe.reference is not None
-    # The choice a first process saved, under the key it computed from its inputs.
-    ir_text = recipe.tape.replay().to_text(True)
-    path = floor_cache_file(options.cache_root(), ir_text, inputs, repr(recipe.core_options))
-    assert path is not None
-    Path(path).parent.mkdir(parents=True)
-    Path(path).write_text(json.dumps({"version": 1, "choice": EAGER}))
-
-    loaded = pickle.loads(pickle.dumps(recipe)).build("graph0.forward")
-    assert loaded.floor is not None and loaded.floor.from_cache and loaded.floor.choice == EAGER
-    compiled = loaded([t.clone() for t in inputs])  # a first call runs compiled
-    eager = loaded([t.clone() for t in inputs])  # then the floor's choice: the reference
-    torch.testing.assert_close(eager, [2 * t for t in compiled])
-
-
-def test_no_floor_no_reference_kept() -> None:
-    recipe, _ = _recipe(Options(warm_start=True), floor=False, make_reference=_doubled)
-    assert recipe.floor_inputs is None and recipe.reference is None
-    assert recipe.build("graph0.forward").floor is None
