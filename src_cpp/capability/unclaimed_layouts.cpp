@@ -20,6 +20,7 @@ void register_unclaimed_layout_contracts(CapabilityRegistry& registry) {
            // F.interpolate kept whole (Note [Resampling kept whole] in
            // mybackend/ops/interpolate.py): ATen's upsampling kernels.
            "mybackend::interpolate.default",
+           "mybackend::interpolate_backward.default",
            "aten::native_dropout.default",
            "aten::native_dropout_backward.default",
            "aten::hardswish_backward.default",

@@ -165,7 +165,7 @@ NEAREST = case(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"))
 BILINEAR = case(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"))
 NEAREST_SIZE = case(lambda x: aten.upsample_nearest2d.default(x, [12, 16]))
 BILINEAR_SIZE = case(lambda x: aten.upsample_bilinear2d.default(x, [12, 16], True))
-# Note [Resampling kept whole]: under no_grad these become mybackend::interpolate.
+# Note [Resampling kept whole]: these become mybackend::interpolate.
 INTERPOLATE = case(lambda x: (
     F.interpolate(x, scale_factor=2, mode="bilinear"),
     F.interpolate(x, size=(5, 11), mode="nearest"),
@@ -324,6 +324,7 @@ CASES: dict[str, Case] = {
     "aten::upsample_bilinear2d.default": BILINEAR_SIZE,
     "aten::upsample_bilinear2d_backward.default": backward_of(BILINEAR_SIZE),
     "mybackend::interpolate.default": INTERPOLATE,
+    "mybackend::interpolate_backward.default": backward_of(INTERPOLATE),
     "aten::_unsafe_index.Tensor": case(
         lambda x: aten._unsafe_index.Tensor(x, [None, None, _idx(x, 0, 0, 5, 7)])),
     "aten::constant_pad_nd.default": case(lambda x: (F.pad(x, (1, 2, 0, 3), value=0.5),

@@ -16,6 +16,7 @@ from mybackend.ops import interpolate
 from tests.testing import compiled_records
 
 WHOLE = torch.ops.mybackend.interpolate.default
+BACKWARD = torch.ops.mybackend.interpolate_backward.default
 GATHERS = {torch.ops.aten._unsafe_index.Tensor, torch.ops.aten.index.Tensor}
 
 
@@ -105,17 +106,59 @@ def test_sizes_read_from_shapes_follow_dynamic_shapes(on_cpu: None) -> None:
     assert WHOLE in _targets(records) or not records  # the second shape reuses the graph
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_mode_trains_with_eagers_gradients(on_cpu: None, case: str) -> None:
+    fn, shape = CASES[case]
+    gen = torch.Generator().manual_seed(len(case))
+    x = torch.randn(shape, generator=gen, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_()
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        return fn(x * 2).relu()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="mybackend")
+    out, records = compiled_records(lambda: compiled(x))
+    want = model(x_eager)
+    grad = torch.randn(want.shape, generator=gen)
+    out.backward(grad)
+    want.backward(grad)
+    targets = _targets(records)
+    assert WHOLE in targets and not targets & GATHERS, targets
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    torch.testing.assert_close(x.grad, x_eager.grad, rtol=0, atol=0)  # ATen's backward kernel
+
+
+def test_the_backward_saves_no_activation(on_cpu: None) -> None:
+    x = torch.randn(1, 2, 6, 6, requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), backend="mybackend"
+    )
+    _, records = compiled_records(lambda: compiled(x).sum().backward())
+    backward = next(r for r in records if r.kind == "backward")
+    assert BACKWARD in {n.target for n in backward.gm.graph.nodes}
+    # Only the incoming gradient: the input's sizes are constants of the graph.
+    assert len(backward.gm.graph.find_nodes(op="placeholder")) == 1
+
+
 def test_what_stays_decomposed(on_cpu: None) -> None:
     x = torch.randn(1, 2, 6, 6)
     # mode="area" is adaptive pooling, not a gather.
     _, targets = _compiled_inference(lambda x: F.interpolate(x, size=3, mode="area"), x)
     assert WHOLE not in targets
-    # An input that needs a gradient: the op has no autograd formula.
+    # Deterministic algorithms: F.interpolate's own gathers and their backward.
     torch._dynamo.reset()
     w = torch.randn(1, 2, 6, 6, requires_grad=True)
-    compiled = torch.compile(lambda w: F.interpolate(w, scale_factor=2).sum(), backend="mybackend")
-    loss, records = compiled_records(lambda: compiled(w))
-    loss.backward()
+    compiled = torch.compile(
+        lambda w: F.interpolate(w, scale_factor=2, mode="bilinear").sum(), backend="mybackend"
+    )
+    torch.use_deterministic_algorithms(True)
+    try:
+        loss, records = compiled_records(lambda: compiled(w))
+        loss.backward()
+    finally:
+        torch.use_deterministic_algorithms(False)
     assert WHOLE not in _targets(records)
     torch.testing.assert_close(w.grad, torch.full_like(w, 4.0))
 
