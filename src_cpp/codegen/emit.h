@@ -1,7 +1,7 @@
 // Stage 8a: spec -> CUDA C++ source. One emitter per kernel kind
 // (emit_pointwise.cpp, emit_reduction.cpp, emit_norm.cpp, emit_cast_group.cpp,
-// emit_pool.cpp); the parts that do not vary live in device/*.cuh, which
-// every program gets as headers.
+// emit_pool.cpp, emit_transpose.cpp); the parts that do not vary live in
+// device/*.cuh, which every program gets as headers.
 //
 // Note [Kernel ABI]
 // Each entry point is extern "C" (its name is the symbol the runtime looks
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "spec/kernel_spec.h"
+#include "spec/transpose_spec.h"
 
 namespace mybackend {
 
@@ -57,5 +58,6 @@ EmittedKernel emit_reduction(const ReductionSpec& spec);
 EmittedKernel emit_norm(const NormSpec& spec);
 EmittedKernel emit_cast_group(const CastGroupSpec& spec);
 EmittedKernel emit_pool(const PoolSpec& spec);
+EmittedKernel emit_transpose(const TransposeSpec& spec);
 
 }  // namespace mybackend

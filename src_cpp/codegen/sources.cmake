@@ -14,6 +14,7 @@ list(APPEND CODEGEN_SOURCES
   codegen/emit_norm.cpp
   codegen/emit_cast_group.cpp
   codegen/emit_pool.cpp
+  codegen/emit_transpose.cpp
   codegen/device_sources.cpp
   codegen/nvrtc.cpp
   codegen/compile_pool.cpp
@@ -36,7 +37,8 @@ set(_mb_device_headers
   mb_group_norm.cuh
   mb_cast_table.cuh
   mb_cast_group.cuh
-  mb_pool.cuh)
+  mb_pool.cuh
+  mb_transpose.cuh)
 set(MB_DEVICE_SOURCE_ENTRIES "")
 foreach(_mb_header ${_mb_device_headers})
   set(_mb_path ${CMAKE_CURRENT_LIST_DIR}/device/${_mb_header})

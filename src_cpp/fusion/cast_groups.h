@@ -40,7 +40,9 @@
 // such launches in the forward, 36 in the backward). A unit of one dtype
 // cast plus copies that keep the dtype qualifies under the same contiguity
 // rule as a lone cast; a copy that really moves elements (a 3x3 weight into
-// channels-last) leaves its output non-contiguous and the unit out.
+// channels-last) leaves its output non-contiguous and the unit out (it is a
+// tiled copy of its own: Note [Tiled transposing copies] in
+// transposed_copies.h).
 //
 // Why a kind of its own (KernelKind::CastGroup) and not a variant of the
 // pointwise group: a PointwiseGroup is one iteration space (one shape, one

@@ -17,10 +17,12 @@
 // generated pointwise kernel each (pointwise_planner.h,
 // docs/design/0004-fusion-planner.md); lone dtype casts that do not depend
 // on each other then share one multi-tensor kernel (Note [Grouped casts] in
-// cast_groups.h); 2-d max pools with their elementwise prologue become one
-// generated kernel each (pool_planner.h). All but the pointwise and cast
-// groups claim their nodes before the pointwise planner runs (Note [Claimed
-// groups] in claimed_groups.h).
+// cast_groups.h); groups that only copy (and cast) a tensor into a layout
+// that transposes it become one tiled kernel each (Note [Tiled transposing
+// copies] in transposed_copies.h); 2-d max pools with their elementwise
+// prologue become one generated kernel each (pool_planner.h). All but the
+// pointwise, cast and transpose groups claim their nodes before the
+// pointwise planner runs (Note [Claimed groups] in claimed_groups.h).
 #pragma once
 
 #include <array>
@@ -41,6 +43,7 @@
 #include "spec/kernel_kind.h"
 #include "spec/kernel_spec.h"
 #include "spec/matmul_spec.h"
+#include "spec/transpose_spec.h"
 
 namespace mybackend {
 
@@ -133,6 +136,20 @@ struct PoolGroup {
   std::array<std::int64_t, 2> kernel{}, stride{}, padding{}, dilation{};
 };
 
+// What the runtime needs to launch a tiled transposing copy (Note [Tiled
+// transposing copies] in transposed_copies.h): `output` is `input` copied
+// (and cast, as spec.body says) into the output's layout. The logical dims
+// of each part of the kernel's [batch, a, b] view, outermost first: each
+// part's dims collapse into one in both tensors (size-1 dims are in none).
+// a_dims are the output's innermost run, b_dims the input's; batch_dims may
+// be empty.
+struct TransposeGroup {
+  TransposeSpec spec;
+  ValueId input = -1;
+  ValueId output = -1;
+  std::vector<int> batch_dims, a_dims, b_dims;
+};
+
 // Note [One payload per group]
 // A group's payload is what its engine runs: its group struct (generated
 // kinds) or its library spec, or nothing for an ATen sequence. It is one
@@ -144,15 +161,16 @@ struct PoolGroup {
 // runtime/kernel_kinds.cpp (Note [One row per kernel kind]). set() refuses
 // a null payload, so a group of an engine kind always has what its engine
 // runs, and its kind alone says whether an engine runs it.
-using KernelPayload = std::variant<std::monostate,                         // AtenSequence
-                                   std::shared_ptr<const PointwiseGroup>,  // Pointwise
-                                   std::shared_ptr<const ReductionGroup>,  // Reduction
-                                   std::shared_ptr<const NormGroup>,       // Norm
-                                   std::shared_ptr<const MatmulSpec>,      // Matmul
-                                   std::shared_ptr<const AttentionSpec>,   // Attention
-                                   std::shared_ptr<const ConvSpec>,        // Conv
-                                   std::shared_ptr<const CastGroup>,       // CastGroup
-                                   std::shared_ptr<const PoolGroup>>;      // Pool
+using KernelPayload = std::variant<std::monostate,                          // AtenSequence
+                                   std::shared_ptr<const PointwiseGroup>,   // Pointwise
+                                   std::shared_ptr<const ReductionGroup>,   // Reduction
+                                   std::shared_ptr<const NormGroup>,        // Norm
+                                   std::shared_ptr<const MatmulSpec>,       // Matmul
+                                   std::shared_ptr<const AttentionSpec>,    // Attention
+                                   std::shared_ptr<const ConvSpec>,         // Conv
+                                   std::shared_ptr<const CastGroup>,        // CastGroup
+                                   std::shared_ptr<const PoolGroup>,        // Pool
+                                   std::shared_ptr<const TransposeGroup>>;  // Transpose
 
 // True when `Spec` is the payload of `kind` (its alternative's index).
 template <KernelKind kind, class Spec>
@@ -169,7 +187,8 @@ static_assert(is_payload_of<KernelKind::Pointwise, PointwiseGroup> &&
                   is_payload_of<KernelKind::Attention, AttentionSpec> &&
                   is_payload_of<KernelKind::Conv, ConvSpec> &&
                   is_payload_of<KernelKind::CastGroup, CastGroup> &&
-                  is_payload_of<KernelKind::Pool, PoolGroup>,
+                  is_payload_of<KernelKind::Pool, PoolGroup> &&
+                  is_payload_of<KernelKind::Transpose, TransposeGroup>,
               "KernelPayload's alternatives follow KernelKind's order");
 
 struct KernelGroup {
@@ -178,6 +197,20 @@ struct KernelGroup {
   // The spec text (of the fast variant for generated groups, or the
   // Matmul/Attention/ConvSpec's to_string); empty for aten_sequence groups.
   std::string spec;
+
+  // What the runtime needs to launch a tiled transposing copy (Note [Tiled
+  // transposing copies] in transposed_copies.h): `output` is `input` copied
+  // (and cast, as spec.body says) into the output's layout. The logical dims
+  // of each part of the kernel's [batch, a, b] view, outermost first: each
+  // part's dims collapse into one in both tensors (size-1 dims are in none).
+  // a_dims are the output's innermost run, b_dims the input's; batch_dims may
+  // be empty.
+  struct TransposeGroup {
+    TransposeSpec spec;
+    ValueId input = -1;
+    ValueId output = -1;
+    std::vector<int> batch_dims, a_dims, b_dims;
+  };
 
   // Note [One payload per group]: AtenSequence until set() gives a payload.
   KernelKind kind() const { return static_cast<KernelKind>(payload_.index()); }

@@ -59,6 +59,14 @@ void archive(Ar& ar, PoolGroup& g) {
   fields(ar, g.kernel, g.stride, g.padding, g.dilation);
 }
 
+template <class Ar>
+void archive(Ar& ar, TransposeGroup& g) {
+  fields(ar, g.spec);
+  ar.id(g.input, IdSpace::Value);
+  ar.id(g.output, IdSpace::Value);
+  fields(ar, g.batch_dims, g.a_dims, g.b_dims);
+}
+
 namespace {
 
 // The payload of alternative `index` and above: the one `kind` names.
@@ -109,6 +117,7 @@ MB_ARCHIVE_BOTH_WAYS(ReductionGroup);
 MB_ARCHIVE_BOTH_WAYS(NormGroup);
 MB_ARCHIVE_BOTH_WAYS(CastGroup);
 MB_ARCHIVE_BOTH_WAYS(PoolGroup);
+MB_ARCHIVE_BOTH_WAYS(TransposeGroup);
 MB_ARCHIVE_BOTH_WAYS(KernelGroup);
 MB_ARCHIVE_BOTH_WAYS(PartitionPlan);
 MB_ARCHIVE_BOTH_WAYS(FusionPlan);

@@ -22,6 +22,8 @@ template <class Ar>
 void archive(Ar& ar, CastGroup& value);
 template <class Ar>
 void archive(Ar& ar, PoolGroup& value);
+template <class Ar>
+void archive(Ar& ar, TransposeGroup& value);
 // Its kind, then its payload (Note [One payload per group]).
 template <class Ar>
 void archive(Ar& ar, KernelGroup& value);

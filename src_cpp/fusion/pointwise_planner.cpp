@@ -10,6 +10,7 @@
 #include "fusion/cast_groups.h"
 #include "fusion/ir_match.h"
 #include "fusion/pointwise_lowering.h"
+#include "fusion/transposed_copies.h"
 #include "spec/launch_tuning.h"
 
 namespace mybackend {
@@ -22,14 +23,6 @@ std::string device_problem(const TensorType& t, const Device& device, const std:
   if (!codegen_supports_dtype(t.dtype))
     return what + " has dtype " + std::string(dtype_name(t.dtype)) + ", which codegen lacks";
   return {};
-}
-
-bool static_layout(const TensorType& t) {
-  for (const Dim& d : t.sizes)
-    if (!d.is_static()) return false;
-  for (const Dim& d : t.strides)
-    if (!d.is_static()) return false;
-  return t.strides.size() == t.sizes.size();
 }
 
 void merge_into(std::vector<int>& into, const std::vector<int>& from) {
@@ -46,6 +39,7 @@ struct Unit {
   std::string why;
   int claimed = -1;  // index into claimed.groups
   std::shared_ptr<const CastGroup> casts;
+  std::shared_ptr<const TransposeGroup> transpose;  // Note [Tiled transposing copies]
 };
 
 // successors[u]: the units that read something unit u computes.
@@ -129,6 +123,14 @@ bool reorders_memory(const Graph& graph, const std::vector<NodeId>& nodes) {
     if (in.strides[inner].static_value() == 1 && out.sizes[inner].static_value() > 1) return true;
   }
   return false;
+}
+
+bool static_layout(const TensorType& t) {
+  for (const Dim& d : t.sizes)
+    if (!d.is_static()) return false;
+  for (const Dim& d : t.strides)
+    if (!d.is_static()) return false;
+  return t.strides.size() == t.sizes.size();
 }
 
 bool likely_contiguous(const TensorType& type) {
@@ -577,10 +579,16 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     if (nodes.empty()) continue;  // merged into another
     if (auto c = claimed_of_group.find(static_cast<int>(gi)); c != claimed_of_group.end()) {
       for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-      units.push_back({nodes, nullptr, {}, c->second, nullptr});
+      units.push_back({nodes, nullptr, {}, c->second, nullptr, nullptr});
       continue;
     }
     std::string why;
+    // Note [Tiled transposing copies]
+    if (auto copy = plan_transposed_copy(index_, nodes, &why)) {
+      for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
+      units.push_back({nodes, nullptr, std::move(why), -1, nullptr, std::move(copy)});
+      continue;
+    }
     std::shared_ptr<const PointwiseGroup> built;
     // Note [Lone casts]
     // A lone elementwise op gains nothing from a generated kernel, except a
@@ -605,12 +613,12 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       continue;
     }
     for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-    units.push_back({nodes, built, std::move(why), -1, nullptr});
+    units.push_back({nodes, built, std::move(why), -1, nullptr, nullptr});
   }
   for (NodeId n : partition_nodes) {
     if (unit_of.count(n)) continue;
     unit_of[n] = static_cast<int>(units.size());
-    units.push_back({{n}, nullptr, {}, -1, nullptr});
+    units.push_back({{n}, nullptr, {}, -1, nullptr, nullptr});
   }
   if (options_.generated_kernels) merge_cast_units(graph_, index_.producers, units);
 
@@ -646,6 +654,13 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
         group.why +=
             "; layout copies beside them keep the element order (Note [Copies "
             "beside a cast])";
+      out.push_back(std::move(group));
+    } else if (unit.transpose) {
+      KernelGroup group;
+      group.nodes = unit.nodes;
+      group.set(unit.transpose);
+      group.spec = unit.transpose->spec.to_string();
+      group.why = unit.why;
       out.push_back(std::move(group));
     } else if (unit.pointwise) {
       KernelGroup group;

@@ -97,9 +97,14 @@ class PointwisePlanner {
 // through TensorIterator's non-vectorized offset loop, one scalar per
 // element: Swin-T at batch 32 spent 0.95 ms of its 4.36 ms step in 85 of
 // them (H200). The generated kernel moves 16-byte vectors on both sides
-// (Note [Vectors beside strided inputs]).
+// (Note [Vectors beside strided inputs]). A copy whose walk's innermost dim
+// is strided in the input (a weight into channels-last) transposes instead:
+// it is a tiled copy of its own when its layouts allow (Note [Tiled
+// transposing copies] in transposed_copies.h), else ATen's.
 bool reorders_memory(const Graph& graph, const std::vector<NodeId>& nodes);
 
+// True when `t`'s sizes and strides are all static.
+bool static_layout(const TensorType& t);
 // Fast-variant index mode guess from the IR (Note [Two pointwise variants]).
 bool likely_contiguous(const TensorType& type);
 std::string shape_key(const TensorType& type);

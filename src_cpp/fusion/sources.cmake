@@ -5,6 +5,7 @@ list(APPEND CORE_SOURCES
   fusion/pointwise_lowering.cpp
   fusion/pointwise_planner.cpp
   fusion/cast_groups.cpp
+  fusion/transposed_copies.cpp
   fusion/graph_index.cpp
   fusion/claimed_groups.cpp
   fusion/matmul_planner.cpp

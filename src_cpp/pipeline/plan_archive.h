@@ -33,7 +33,7 @@
 
 namespace mybackend {
 
-constexpr std::uint32_t kPlanFormatVersion = 2;  // 2: NormSpec::store_x
+constexpr std::uint32_t kPlanFormatVersion = 3;  // 3: TransposeGroup
 
 // The bytes of `plan`, made for `graph` under `options`.
 std::string save_plan(const Graph& graph, const PlanningOptions& options, const CorePlan& plan);

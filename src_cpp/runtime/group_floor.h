@@ -8,7 +8,10 @@
 // ATen graph, dropping every other gain with it. So a group whose runner
 // says it may run twice (GroupRunner::timed_against_aten: no side effects,
 // fresh outputs) is timed against its own ATen calls on its first call for
-// each set of symbol values, as cudnn.benchmark times algorithms:
+// each set of symbol values, as cudnn.benchmark times algorithms (cuDNN
+// convolutions, and tiled transposing copies, whose gain over ATen's copy
+// depends on the shape: Note [Tiled transposing copies] in
+// fusion/transposed_copies.h):
 //
 // - Both forms run once untimed (plans built, algorithms and caches warm),
 //   then alternately kTimedRuns times each behind a GPU sleep long enough

@@ -67,6 +67,10 @@ std::vector<ValueId> pool_outputs(const KernelGroup& g) {
   return out;
 }
 
+std::vector<ValueId> transpose_outputs(const KernelGroup& g) {
+  return {payload<TransposeGroup>(g)->output};
+}
+
 std::vector<ValueId> matmul_outputs(const KernelGroup& g) {
   const std::shared_ptr<const MatmulSpec> matmul = payload<MatmulSpec>(g);
   std::vector<ValueId> out{matmul->output};
@@ -116,6 +120,9 @@ constexpr KernelKindTraits kTable[] = {
     {K::Pool, E::Generated, "mybackend::pool", "generated_pools_run", kGeneratedFallbacks,
      &pool_outputs, false, &no_values, nullptr, MB_BUILD(PoolGroup, pool_build),
      MB_SOURCE(PoolGroup, emit_pool)},
+    {K::Transpose, E::Generated, "mybackend::transpose", "generated_transposes_run",
+     kGeneratedFallbacks, &transpose_outputs, false, &no_values, nullptr,
+     MB_BUILD(TransposeGroup, transpose_build), MB_SOURCE(TransposeGroup, emit_transpose)},
 };
 static_assert(sizeof(kTable) / sizeof(kTable[0]) == kKernelKindCount,
               "every kernel kind needs a row");

@@ -12,6 +12,7 @@ list(APPEND RUNTIME_SOURCES runtime/generated/background_compile.cpp
   runtime/generated/cuda_driver.cpp runtime/generated/generated_kernel.cpp
   runtime/generated/kernel_launch.cpp runtime/generated/pointwise_kernel.cpp
   runtime/generated/cast_group_kernel.cpp runtime/generated/pool_kernel.cpp
+  runtime/generated/transpose_kernel.cpp
   runtime/generated/reduction_kernel.cpp runtime/generated/norm_kernel.cpp
   runtime/generated/cross_entropy_kernel.cpp runtime/generated/batch_norm_kernel.cpp)
 # Library runners: cuBLASLt products, cuDNN attention and convolutions.

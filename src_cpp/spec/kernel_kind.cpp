@@ -4,8 +4,9 @@ namespace mybackend {
 namespace {
 
 // Indexed by KernelKind; a name is part of the Python surface (explain()).
-constexpr std::string_view kNames[] = {"aten_sequence", "pointwise", "reduction",  "norm", "matmul",
-                                       "attention",     "conv",      "cast_group", "pool"};
+constexpr std::string_view kNames[] = {"aten_sequence", "pointwise", "reduction", "norm",
+                                       "matmul",        "attention", "conv",      "cast_group",
+                                       "pool",          "transpose"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == kKernelKindCount,
               "every kernel kind needs a name");
 

@@ -18,11 +18,12 @@ enum class KernelKind : std::int8_t {
   Attention,
   Conv,
   CastGroup,  // Note [Grouped casts] in fusion/cast_groups.h
-  Pool        // Note [Pool groups] in fusion/pool_planner.h
+  Pool,       // Note [Pool groups] in fusion/pool_planner.h
+  Transpose   // Note [Tiled transposing copies] in fusion/transposed_copies.h
 };
 
 // One more than the last kind: sizes the tables indexed by kind.
-constexpr std::size_t kKernelKindCount = static_cast<std::size_t>(KernelKind::Pool) + 1;
+constexpr std::size_t kKernelKindCount = static_cast<std::size_t>(KernelKind::Transpose) + 1;
 
 constexpr std::size_t kind_index(KernelKind kind) { return static_cast<std::size_t>(kind); }
 

@@ -12,4 +12,5 @@ list(APPEND CORE_SOURCES
   spec/matmul_spec.cpp
   spec/attention_spec.cpp
   spec/conv_spec.cpp
+  spec/transpose_spec.cpp
   spec/spec_archive.cpp)

@@ -66,6 +66,11 @@ void archive(Ar& ar, PoolSpec& s) {
          s.index64, s.threads);
 }
 
+template <class Ar>
+void archive(Ar& ar, TransposeSpec& s) {
+  fields(ar, s.body, s.tile_a, s.tile_b, s.index64, s.threads);
+}
+
 // ---- library calls ------------------------------------------------------------
 
 template <class Ar>
@@ -145,6 +150,7 @@ MB_ARCHIVE_BOTH_WAYS(NormSpec);
 MB_ARCHIVE_BOTH_WAYS(CastPair);
 MB_ARCHIVE_BOTH_WAYS(CastGroupSpec);
 MB_ARCHIVE_BOTH_WAYS(PoolSpec);
+MB_ARCHIVE_BOTH_WAYS(TransposeSpec);
 MB_ARCHIVE_BOTH_WAYS(MatmulOperand);
 MB_ARCHIVE_BOTH_WAYS(MatmulSpec);
 MB_ARCHIVE_BOTH_WAYS(StackView);

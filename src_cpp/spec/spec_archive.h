@@ -11,6 +11,7 @@
 #include "spec/kernel_spec.h"
 #include "spec/launch_tuning.h"
 #include "spec/matmul_spec.h"
+#include "spec/transpose_spec.h"
 
 namespace mybackend {
 
@@ -38,6 +39,8 @@ template <class Ar>
 void archive(Ar& ar, CastGroupSpec& value);
 template <class Ar>
 void archive(Ar& ar, PoolSpec& value);
+template <class Ar>
+void archive(Ar& ar, TransposeSpec& value);
 
 // Library calls.
 template <class Ar>

@@ -47,7 +47,7 @@ GraphBuilder::OutputSpec out(const TensorType& t, const std::string& name = {}) 
 
 Argument v(ValueId id) { return Argument::of_value(id); }
 
-Argument ints(std::vector<std::int64_t> values) {
+[[maybe_unused]] Argument ints(std::vector<std::int64_t> values) {
   std::vector<Argument> items;
   for (auto x : values) items.push_back(Argument::of_int(x));
   return Argument::of_list(std::move(items));

@@ -297,9 +297,10 @@ TEST(FusionPlan, BroadcastProducersJoinTheirReader) {
 }
 
 // Note [Lone reordering copies]: a lone clone of a window-partition view
-// (the innermost dim contiguous on both sides) is generated; a lone clone
-// of a contiguous tensor, or of a transpose (the innermost dim strided in
-// the input), stays ATen's.
+// (the innermost dim contiguous on both sides) is a generated pointwise
+// kernel; a lone clone of a contiguous tensor stays ATen's; a lone clone of
+// a transpose (the innermost dim strided in the input) is a tiled copy
+// (Note [Tiled transposing copies]).
 TEST(FusionPlan, LoneReorderingCopiesAreGenerated) {
   const TensorType dense = tensor(DType::BFloat16, {2, 3, 4, 8});
   TensorType windows = dense;  // [2, 3, 4, 8] read from a [2, 4, 3, 8] tensor
@@ -315,6 +316,9 @@ TEST(FusionPlan, LoneReorderingCopiesAreGenerated) {
     Planned p = plan(b);
     auto pointwise = p.groups(KernelKind::Pointwise);
     ASSERT_EQ(pointwise.size(), generated ? 1u : 0u) << p.plan.to_string();
+    EXPECT_EQ(p.groups(KernelKind::Transpose).size(),
+              input.strides[3].static_value() == 4 ? 1u : 0u)
+        << p.plan.to_string();
     if (generated) {
       EXPECT_NE(pointwise[0]->spec.find("in0 bf16 strided"), std::string::npos)
           << pointwise[0]->spec;

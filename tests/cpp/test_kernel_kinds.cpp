@@ -123,7 +123,7 @@ TEST(KernelKinds, CountersKeepTheirStatsKeys) {
   auto runs_of = [&](KernelKind kind) { return runs[kind_index(kind)]; };
   const std::int64_t generated = runs_of(KernelKind::Pointwise) + runs_of(KernelKind::Reduction) +
                                  runs_of(KernelKind::Norm) + runs_of(KernelKind::CastGroup) +
-                                 runs_of(KernelKind::Pool);
+                                 runs_of(KernelKind::Pool) + runs_of(KernelKind::Transpose);
   const std::map<std::string, std::int64_t> expected = {
       {"generated_kernels_run", generated},
       {"generated_pointwise_run", runs_of(KernelKind::Pointwise)},
@@ -131,7 +131,8 @@ TEST(KernelKinds, CountersKeepTheirStatsKeys) {
       {"generated_norms_run", runs_of(KernelKind::Norm)},
       {"generated_cast_groups_run", runs_of(KernelKind::CastGroup)},
       {"generated_pools_run", runs_of(KernelKind::Pool)},
-      {"generated_kernel_fallbacks", 5},
+      {"generated_transposes_run", runs_of(KernelKind::Transpose)},
+      {"generated_kernel_fallbacks", 6},
       {"matmul_groups_run", runs_of(KernelKind::Matmul)},
       {"matmul_fallbacks", 1},
       {"attention_groups_run", runs_of(KernelKind::Attention)},

@@ -158,6 +158,17 @@ void independent_casts(GraphBuilder& b) {
   b.set_outputs(outputs);
 }
 
+// Autocast's conv weight path: an f32 [16, 8, 3, 3] weight cast to bf16 and
+// copied into channels-last, one tiled transposing copy (Note [Tiled
+// transposing copies]).
+void weight_into_channels_last(GraphBuilder& b) {
+  const std::vector<std::int64_t> sizes = {16, 8, 3, 3};
+  const ValueId w = b.add_input(out(tensor(F32, sizes), "w"));
+  const ValueId cast = node1(b, "aten::_to_copy.default", {v(w), Argument::of_dtype(BF16)},
+                             tensor(BF16, sizes), "cast");
+  b.set_outputs({v(node1(b, "aten::clone.default", {v(cast)}, nchw(BF16, sizes, true), "clone"))});
+}
+
 struct NamedGraph {
   const char* name;
   std::function<void(GraphBuilder&)> build;
@@ -185,6 +196,7 @@ std::vector<NamedGraph> graphs() {
       {"independent_casts", independent_casts},
       {"stem_pool", [](GraphBuilder& b) { stem_pool(b, StemOptions{}); }},
       {"stem_pool_backward", [](GraphBuilder& b) { stem_pool_backward(b, BackwardOptions{}); }},
+      {"weight_into_channels_last", weight_into_channels_last},
   };
 }
 
@@ -223,6 +235,14 @@ std::string printed(const CorePlan& plan) {
       if (const auto* g = group.get<ReductionGroup>()) text += g->general.to_string();
       if (const auto* g = group.get<NormGroup>()) text += g->general.to_string();
       if (const auto* g = group.get<PoolGroup>()) text += g->general.to_string();
+      if (const auto* g = group.get<TransposeGroup>()) {
+        text += "copy " + std::to_string(g->input) + " -> " + std::to_string(g->output);
+        for (const std::vector<int>* dims : {&g->batch_dims, &g->a_dims, &g->b_dims}) {
+          text += " |";
+          for (int d : *dims) text += " " + std::to_string(d);
+        }
+        text += "\n";
+      }
       if (const auto* g = group.get<CastGroup>())
         for (const auto& single : g->singles) text += single->spec.to_string();
     }
@@ -554,8 +574,8 @@ TEST(Archive, GarbledBytesAreErrors) {
   bool flag = false;
   expect_error(error("\x02", [&](Reader& r) { r.boolean(flag); }), "a bool (0 or 1) belongs");
   std::uint8_t code = 0;
-  expect_error(error("\x09", [&](Reader& r) { r.below(code, kKernelKindCount, "kernel kind"); }),
-               "kernel kind 9 at byte 0 is not below 9");
+  expect_error(error("\x0a", [&](Reader& r) { r.below(code, kKernelKindCount, "kernel kind"); }),
+               "kernel kind 10 at byte 0 is not below 10");
   std::vector<std::string> strings;
   expect_error(error(std::string("\xFF\xFF\xFF\x00", 4), [&](Reader& r) { archive(r, strings); }),
                "the count 16777215 at byte 0 exceeds the 0 bytes left");

@@ -25,14 +25,15 @@ DTYPES = [torch.bfloat16, torch.float16]
 
 
 def _launches(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
-    """fn's result and how many cast-group and pointwise kernels it launched."""
+    """fn's result and how many cast-group, pointwise and tiled-copy kernels
+    it launched."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         result = fn()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events()]
     return result, {
         prefix: sum(name.startswith(prefix) for name in names)
-        for prefix in ("mb_cast_group_", "mb_pointwise_")
+        for prefix in ("mb_cast_group_", "mb_pointwise_", "mb_transpose_")
     }
 
 
@@ -63,29 +64,31 @@ def test_casts_of_odd_sizes_run_as_one_kernel(dtype: torch.dtype) -> None:
     stats = record.compiled.stats()
     assert stats["generated_cast_groups_run"] == 1, stats
     assert stats["generated_kernel_fallbacks"] == 0, stats
-    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
+    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1, "mb_transpose_": 0}, launched
 
 
 def test_weight_casts_with_layout_copies_run_in_the_group() -> None:
     """Note [Copies beside a cast]: 1x1 weights cast and copied into
     channels-last run in the cast group, bit-exact with eager, strides
-    included; the 3x3 weight's copy runs as its own kernel."""
+    included; the 3x3 weight's copy runs as its own kernel, a tiled copy
+    (Note [Tiled transposing copies]; the floor, which would time it against
+    ATen's copy, is off)."""
     weights = [torch.randn(shape, device="cuda") for shape in ((64, 33, 1, 1), (7, 5, 1, 1))]
     weights.append(torch.randn(16, 8, 3, 3, device="cuda"))
 
     def fn(*ws: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(w.to(torch.bfloat16).clone(memory_format=torch.channels_last) for w in ws)
 
-    compiled = torch.compile(
-        fn, backend="mybackend", options={"strict": True, "generated_kernels": True}
-    )
+    options = {"strict": True, "generated_kernels": True, "eager_floor": False}
+    compiled = torch.compile(fn, backend="mybackend", options=options)
     (got, launched), records = compiled_records(lambda: _launches(lambda: compiled(*weights)))
     _assert_bit_exact(got, fn(*weights))
     (record,) = [r for r in records if r.core_report]
     stats = record.compiled.stats()
     assert stats["generated_cast_groups_run"] == 1, stats
+    assert stats["generated_transposes_run"] == 1, stats
     assert stats["generated_kernel_fallbacks"] == 0, stats
-    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
+    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 0, "mb_transpose_": 1}, launched
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -108,7 +111,7 @@ def test_a_strided_call_takes_the_per_cast_fallback(dtype: torch.dtype) -> None:
     inputs[-1] = torch.randn(65, 33, device="cuda").t()  # the compiled shape, strided
     got, launched = _launches(lambda: compiled.run(list(inputs)))
     _assert_bit_exact([g.contiguous() for g in got], [e.contiguous() for e in fn(*inputs)])
-    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1}, launched
+    assert launched == {"mb_cast_group_": 1, "mb_pointwise_": 1, "mb_transpose_": 0}, launched
     stats = compiled.stats()
     assert stats["generated_cast_groups_run"] == 1 and stats["generated_kernel_fallbacks"] == 0
     (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "cast_group"]
@@ -123,7 +126,7 @@ def test_more_tensors_than_one_table_holds() -> None:
     compiled = _C.compile(lowered.graph, {"generated_kernels": True}, lowered.run_python_node)
     got, launched = _launches(lambda: compiled.run(list(xs)))
     _assert_bit_exact(got, fn(*xs))
-    assert launched == {"mb_cast_group_": 2, "mb_pointwise_": 0}, launched
+    assert launched == {"mb_cast_group_": 2, "mb_pointwise_": 0, "mb_transpose_": 0}, launched
 
 
 def test_cuda_graph_replays_the_cast_group() -> None:

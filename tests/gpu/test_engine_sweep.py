@@ -64,6 +64,7 @@ ENGINES: dict[str, str] = {
     "norm": "generated_norms_run",
     "cast_group": "generated_cast_groups_run",
     "pool": "generated_pools_run",
+    "transpose": "generated_transposes_run",
     "matmul": "matmul_groups_run",
     "conv": "conv_groups_run",
     "attention": "attention_groups_run",
@@ -154,6 +155,11 @@ def _others(dtype: torch.dtype) -> list[torch.dtype]:
 def _casts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
     first, second = _others(a.dtype)
     return a.to(first), b.to(second), c.to(first)
+
+
+def _cast_to_channels_last(w: torch.Tensor) -> torch.Tensor:
+    """Autocast's weight path: a cast, then the copy into channels-last."""
+    return w.to(_others(w.dtype)[0]).contiguous(memory_format=torch.channels_last)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -258,6 +264,10 @@ PATTERNS: list[Case] = [
     Case("pool", "affine_relu_max_pool_nhwc",
          lambda x, s, t: F.max_pool2d(torch.relu(x * s + t), 3, 2, 1),
          POOL_PROLOGUE),
+    Case("transpose", "nchw_to_nhwc",
+         lambda x: x.contiguous(memory_format=torch.channels_last), (Arg(IMAGE),)),
+    Case("transpose", "weight_cast_to_channels_last", _cast_to_channels_last,
+         (Arg((33, 17, 7, 7), "weight"),)),
     Case("matmul", "linear_bias", lambda x, w, b: F.linear(x, w, b), LINEAR, {"forward": "BIAS"}),
     Case("matmul", "linear_relu", lambda x, w, b: torch.relu(F.linear(x, w, b)), LINEAR,
          {"forward": "RELU_BIAS"}),
@@ -516,8 +526,8 @@ def run_case(case: Case, dtype_name: str, mode: str, phase: str) -> str | None:
             got, new = compiled_records(lambda: _call(ours, case, fresh, train, dtype))  # noqa: B023
             records += new
             exact = {}
-            # Casts are exact, and their targets depend on the input dtype.
-            if dtype != torch.float32 and case.engine != "cast_group":
+            # Casts and copies are exact, and casts' targets depend on the input dtype.
+            if dtype != torch.float32 and case.engine not in ("cast_group", "transpose"):
                 with sdpa_kernel([SDPBackend.MATH]):  # the one SDPA kernel of fp64
                     exact = _call(reference, case, fresh, train, dtype)
             _compare(got, want, dtype, call, exact)

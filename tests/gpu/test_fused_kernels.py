@@ -284,7 +284,8 @@ def _head_split_transposed(x: torch.Tensor) -> torch.Tensor:
 def test_a_window_partition_copy_is_one_generated_kernel(dtype: torch.dtype) -> None:
     """Note [Lone reordering copies]: Swin's window partition, C innermost on
     both sides, is a generated copy moving vectors; a copy that transposes
-    the innermost dim stays ATen's."""
+    the innermost dim is a tiled copy instead (Note [Tiled transposing
+    copies])."""
     x = torch.randn(2, 14, 21, 96, device="cuda", dtype=dtype)
     compiled = _check(_window_partition, x, tol={"rtol": 0, "atol": 0})
     # The views run as ATen (they move nothing); the copy is the one kernel.
@@ -294,5 +295,6 @@ def test_a_window_partition_copy_is_one_generated_kernel(dtype: torch.dtype) -> 
     _check(_window_partition, odd, tol={"rtol": 0, "atol": 0})
     y = torch.randn(4, 49, 96, device="cuda", dtype=dtype)
     compiled = _compile(_head_split_transposed, y)
-    assert "pointwise" not in [k["kind"] for k in compiled.report()["kernels"]]
+    kinds = [k["kind"] for k in compiled.report()["kernels"]]
+    assert "pointwise" not in kinds and kinds.count("transpose") == 1, kinds
     torch.testing.assert_close(compiled.run([y])[0], _head_split_transposed(y), rtol=0, atol=0)

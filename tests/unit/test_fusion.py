@@ -341,14 +341,15 @@ def _cast_to_channels_last(*weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
 def test_weight_casts_with_order_keeping_layout_copies_share_one_kernel() -> None:
     """Note [Copies beside a cast]: 1x1 weights list their elements in the
     same order in both layouts and join the group with their copies; a 3x3
-    weight's copy moves elements and stays a kernel of its own."""
+    weight's copy moves elements and stays a kernel of its own, a tiled
+    copy (Note [Tiled transposing copies])."""
     shapes = ((64, 32, 1, 1), (16, 8, 1, 1), (16, 8, 3, 3))
     kernels = _kernels(_cast_to_channels_last, *((shape, F32) for shape in shapes))
     groups = [k for k in kernels if k["kind"] == "cast_group"]
     assert len(groups) == 1, kernels
     assert len(groups[0]["nodes"]) == 4  # two casts, two copies
     assert "Copies beside a cast" in groups[0]["why"]
-    assert [k["kind"] for k in kernels if k not in groups] == ["pointwise"], kernels
+    assert [k["kind"] for k in kernels if k not in groups] == ["transpose"], kernels
 
 
 def test_autocast_forward_casts_its_parameters_in_one_kernel() -> None:

@@ -1,9 +1,10 @@
 // Generated kernels at run time (CUDA engine I: pointwise, reduction, norm,
-// cast and pool groups): compiled with NVRTC when the graph is compiled,
-// loaded into the GPU on first launch, launched on the current PyTorch CUDA
-// stream. One file per kind (pointwise_kernel.cpp, reduction_kernel.cpp,
-// norm_kernel.cpp, cast_group_kernel.cpp, pool_kernel.cpp); what they share
-// is in kernel_launch.h.
+// cast, pool and transpose groups): compiled with NVRTC when the graph is
+// compiled, loaded into the GPU on first launch, launched on the current
+// PyTorch CUDA stream. One file per kind (pointwise_kernel.cpp,
+// reduction_kernel.cpp, norm_kernel.cpp, cast_group_kernel.cpp,
+// pool_kernel.cpp, transpose_kernel.cpp); what they share is in
+// kernel_launch.h.
 //
 // Note [Compile now, load later]
 // compile_generated_groups() runs on a thread the codegen stage starts

@@ -226,6 +226,7 @@ KernelBuild reduction_build(const Graph& graph, std::shared_ptr<const ReductionG
 KernelBuild norm_build(const Graph& graph, std::shared_ptr<const NormGroup> group);
 KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup> group);
 KernelBuild pool_build(const Graph& graph, std::shared_ptr<const PoolGroup> group);
+KernelBuild transpose_build(const Graph& graph, std::shared_ptr<const TransposeGroup> group);
 
 }  // namespace mybackend
 

@@ -1,0 +1,116 @@
+// Tiled transposing copies at run time (Note [Tiled transposing copies] in
+// fusion/transposed_copies.h): the call's input and its planned output
+// viewed as [batch, a, b] and [batch, b, a] by the group's parts, one
+// launch. A call whose tensors do not collapse into that view (an input of
+// other strides than compiled), or that 32-bit offsets cannot reach, runs
+// the group's ATen calls.
+#include "runtime/generated/kernel_launch.h"
+
+#ifdef MYBACKEND_WITH_CUDA
+
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "fusion/transposed_copies.h"
+
+namespace mybackend {
+namespace {
+
+class TransposeKernel final : public GroupKernel<TransposeGroup> {
+ public:
+  using GroupKernel::GroupKernel;
+
+  // A copy has no side effect and writes a fresh output on each run, and
+  // how it compares with ATen's depends on the shape (Note [Tiled
+  // transposing copies]).
+  bool timed_against_aten() const override { return true; }
+
+ private:
+  bool launch(ValueSlots& slots, const SymbolBindings& bindings,
+              PlannedOutputs& planned) const override {
+    const TransposeGroup& g = *group_;
+    std::string why;
+    const std::optional<at::Tensor> in =
+        cuda_tensor(slots[static_cast<std::size_t>(g.input)], g.spec.in_dtype(), &why);
+    if (!in) return fail("the input" + why);
+    const TensorType& out_type = graph_.value(g.output).tensor;
+    const auto sizes = evaluate_dims(out_type.sizes, bindings);
+    const auto out_strides = evaluate_dims(out_type.strides, bindings);
+    if (!sizes || !out_strides) return fail("a size or stride depends on an unbound symbol");
+    if (in->sizes() != c10::IntArrayRef(*sizes))
+      return fail("the input's sizes differ from the output's");
+    const std::vector<std::int64_t> in_strides(in->strides().begin(), in->strides().end());
+    const std::optional<TransposeExtents> e =
+        transpose_extents(g, *sizes, in_strides, *out_strides);
+    if (!e)
+      return fail(
+          "the input's strides do not collapse into the compiled [batch, a, b] view "
+          "(ran ATen for this call)");
+    if (!g.spec.index64 &&
+        (e->numel() >= kIndex32Limit || max_offset(*sizes, in_strides) >= kIndex32Limit))
+      return fail("the input is beyond 32-bit offsets (ran ATen for this call)");
+    c10::cuda::CUDAGuard guard(in->device());
+    const at::Tensor out = planned.empty_strided(
+        g.output, *sizes, *out_strides,
+        in->options().dtype(static_cast<c10::ScalarType>(g.spec.out_dtype())));
+    if (e->numel() > 0) launch_tiles(*in, out, *e, in->device().index());
+    slots[static_cast<std::size_t>(g.output)] = out;
+    return true;
+  }
+
+  std::int64_t argument(const std::string& name, const TransposeExtents& e) const {
+    const std::pair<const char*, std::int64_t> values[] = {{"batch", e.batch},
+                                                           {"size_a", e.a},
+                                                           {"size_b", e.b},
+                                                           {"in_batch", e.in_strides[0]},
+                                                           {"in_a", e.in_strides[1]},
+                                                           {"in_b", e.in_strides[2]},
+                                                           {"out_batch", e.out_strides[0]},
+                                                           {"out_a", e.out_strides[1]},
+                                                           {"out_b", e.out_strides[2]}};
+    for (const auto& [key, value] : values)
+      if (name == key) return value;
+    MB_ASSERT(false, "unexpected transpose kernel parameter ", name);
+    return 0;
+  }
+
+  void launch_tiles(const at::Tensor& in, const at::Tensor& out, const TransposeExtents& e,
+                    int device_index) const {
+    const KernelEntry& entry = variants_[0].kernel.entries[0];
+    KernelArgs args(entry);
+    for (std::size_t i = 0; i < entry.params.size(); ++i) {
+      const KernelParam& p = entry.params[i];
+      if (p.kind == KernelParam::Kind::Pointer) {
+        args.set_pointer(i, p.name == "out" ? out.data_ptr() : in.data_ptr());
+      } else {
+        args.set_int(i, argument(p.name, e));
+      }
+    }
+    const TransposeSpec& s = group_->spec;
+    const std::int64_t tiles =
+        e.batch * ((e.a + s.tile_a - 1) / s.tile_a) * ((e.b + s.tile_b - 1) / s.tile_b);
+    const DeviceModules::Loaded& l = modules_.on(device_index, 0);
+    // One wave of resident blocks at most: the kernel loops over tiles.
+    launch_on_stream(l, l.functions[0], capped_grid(tiles, l.sm_count, l.resident_blocks[0]), entry,
+                     args, device_index);
+  }
+};
+
+}  // namespace
+
+KernelBuild transpose_build(const Graph& graph, std::shared_ptr<const TransposeGroup> group) {
+  KernelBuild build;
+  build.device_index = graph.value(group->output).tensor.device.index;
+  build.kernels.push_back(emit_transpose(group->spec));
+  build.make = [&graph, group](std::vector<Variant> variants, std::string target) {
+    return std::make_unique<TransposeKernel>(KernelKind::Transpose, graph, group,
+                                             std::move(variants), std::move(target));
+  };
+  return build;
+}
+
+}  // namespace mybackend
+
+#endif  // MYBACKEND_WITH_CUDA
