@@ -99,9 +99,7 @@ def compile_with_aot(
             fw_compiler=compiler("forward"),
             bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"),
-            decompositions=decomposition_table(
-                example_inputs, gm, group_norm_kernel=options.cuda_graphs
-            ),
+            decompositions=decomposition_table(example_inputs, gm),
             partition_fn=functools.partial(
                 _partition, options=options, name=f"graph{graph_id}.joint"
             ),

@@ -136,13 +136,6 @@ CPU_TABLE: dict[Any, Callable[..., Any]] = {
 
 
 @cache
-def _table_without_group_norm() -> dict[Any, Callable[..., Any]]:
-    table = dict(_full_table())
-    del table[aten.native_group_norm.default]
-    return table
-
-
-@cache
 def _full_table() -> dict[Any, Callable[..., Any]]:
     table = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in KEPT_WHOLE}
     table.update(ADDED)
@@ -152,18 +145,15 @@ def _full_table() -> dict[Any, Callable[..., Any]]:
 def decomposition_table(
     example_inputs: Sequence[Any] | None = None,
     gm: torch.fx.GraphModule | None = None,
-    group_norm_kernel: bool = True,
 ) -> dict[Any, Callable[..., Any]]:
     """The table for a graph: CPU_TABLE when its tensors (example inputs,
     parameters and buffers, the values dynamo recorded on its nodes) are all
     on the CPU (Note [Eager's kernels on the CPU]); otherwise, and without
     arguments, core-ATen's decompositions minus the ops in KEPT_WHOLE, plus
-    ADDED. Without ``group_norm_kernel`` (graphs compiled without CUDA
-    graphs: Note [Group-norm statistics under CUDA graphs]) group norm stays
-    whole."""
+    ADDED."""
     if example_inputs is not None and graph_devices(example_inputs, gm) == {"cpu"}:
         return CPU_TABLE
-    return _full_table() if group_norm_kernel else _table_without_group_norm()
+    return _full_table()
 
 
 def graph_devices(

@@ -145,7 +145,8 @@ void Executor::prepare_engine_groups(const FusionPlan& fusion, CompileFutures& c
         entry.runner = compiles.take(plan.partition, static_cast<int>(g));
       }
       entry.reads = traits.reads(group);
-      if (floor.enabled && entry.runner && entry.runner->timed_against_aten()) {
+      // A generated group's runner is still compiling: the kind says.
+      if (floor.enabled && entry.runner && traits.timed_against_aten) {
         // Note [Group floor choices on disk]
         const std::string key =
             floor.context + "\n" + group_floor_context() + "\n" + group_plan_text(*graph_, group);

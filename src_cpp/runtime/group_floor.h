@@ -5,8 +5,8 @@
 // cuDNN 1.2 ms (conv2d_grouped_direct_kernel) where ATen's convolution and
 // bias add took 97 us, on an H200 (ConvNeXt-T's first stage at batch 32,
 // 2026-11-27); the whole-graph eager floor then handed ConvNeXt back to the
-// ATen graph, dropping every other gain with it. So a group whose runner
-// says it may run twice (GroupRunner::timed_against_aten: no side effects,
+// ATen graph, dropping every other gain with it. So a group of a kind that
+// may run twice (KernelKindTraits::timed_against_aten: no side effects,
 // fresh outputs) is timed against its own ATen calls on its first call for
 // each set of symbol values, as cudnn.benchmark times algorithms (cuDNN
 // convolutions, and tiled transposing copies, whose gain over ATen's copy

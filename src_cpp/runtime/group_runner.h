@@ -31,11 +31,6 @@ class GroupRunner {
   // False when the engine will never run the group (its kernel failed to
   // compile, Note [Kernels compiled beside the caller]): reports say so.
   virtual bool usable() const { return true; }
-  // True when run() may be called twice for one call with the same result
-  // and no other effect (no RNG, no mutation, fresh outputs): the group is
-  // then timed against its ATen form (Note [A group is timed against its
-  // ATen form] in group_floor.h).
-  virtual bool timed_against_aten() const { return false; }
 };
 
 }  // namespace mybackend

@@ -113,7 +113,8 @@ constexpr KernelKindTraits kTable[] = {
      "attention_fallbacks", &no_values, false, &inputs_of<AttentionSpec>,
      &make_with<AttentionSpec, &make_attention_runner>, nullptr, nullptr},
     {K::Conv, E::Library, "mybackend::conv", "conv_groups_run", "conv_fallbacks", &no_values, false,
-     &inputs_of<ConvSpec>, &make_with<ConvSpec, &make_conv_runner>, nullptr, nullptr},
+     &inputs_of<ConvSpec>, &make_with<ConvSpec, &make_conv_runner>, nullptr, nullptr,
+     /*timed_against_aten=*/true},
     {K::CastGroup, E::Generated, "mybackend::cast_group", "generated_cast_groups_run",
      kGeneratedFallbacks, &outputs_of<CastGroup>, false, &no_values, nullptr,
      MB_BUILD(CastGroup, cast_group_build), MB_SOURCE(CastGroup, emit_cast_group)},
@@ -122,7 +123,8 @@ constexpr KernelKindTraits kTable[] = {
      MB_SOURCE(PoolGroup, emit_pool)},
     {K::Transpose, E::Generated, "mybackend::transpose", "generated_transposes_run",
      kGeneratedFallbacks, &transpose_outputs, false, &no_values, nullptr,
-     MB_BUILD(TransposeGroup, transpose_build), MB_SOURCE(TransposeGroup, emit_transpose)},
+     MB_BUILD(TransposeGroup, transpose_build), MB_SOURCE(TransposeGroup, emit_transpose),
+     /*timed_against_aten=*/true},
 };
 static_assert(sizeof(kTable) / sizeof(kTable[0]) == kKernelKindCount,
               "every kernel kind needs a row");

@@ -55,6 +55,11 @@ struct KernelKindTraits {
   // Generated kinds in CUDA builds: the CUDA C++ of the plan's (fast) spec,
   // literals as planned, for explain().
   std::string (*source)(const KernelGroup&) = nullptr;
+  // True when its groups may run twice for one call with the same result and
+  // no other effect (no RNG, no mutation, fresh outputs): each is then timed
+  // against its ATen form (Note [A group is timed against its ATen form] in
+  // group_floor.h). A kind's property, known before its kernels compile.
+  bool timed_against_aten = false;
 };
 
 // The row of `kind`.

@@ -403,6 +403,8 @@ EXCLUDED: dict[str, str] = {
                "mybackend::batch_norm_backward_reduce.default",
                "mybackend::cross_entropy_forward.default",
                "mybackend::cross_entropy_backward.default"),
+    "mybackend::group_norm_stats.default": "mybackend's own, made by its decomposition under "
+                                           "CUDA graphs (test_group_norm.py)",
     **_because("attention: q, k, v with the head dim innermost (test_attention*.py)", *(
         f"aten::_scaled_dot_product_{kind}{suffix}.default"
         for kind in ("cudnn_attention", "efficient_attention", "flash_attention",

@@ -22,11 +22,6 @@ class TransposeKernel final : public GroupKernel<TransposeGroup> {
  public:
   using GroupKernel::GroupKernel;
 
-  // A copy has no side effect and writes a fresh output on each run, and
-  // how it compares with ATen's depends on the shape (Note [Tiled
-  // transposing copies]).
-  bool timed_against_aten() const override { return true; }
-
  private:
   bool launch(ValueSlots& slots, const SymbolBindings& bindings,
               PlannedOutputs& planned) const override {

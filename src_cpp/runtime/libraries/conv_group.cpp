@@ -62,11 +62,6 @@ class ConvGroup final : public LibraryGroup {
 
   KernelKind kind() const override { return KernelKind::Conv; }
 
-  // Pure: its outputs are allocated per call, and cuDNN's engine for a
-  // grouped convolution with a fused epilogue can be far slower than ATen's
-  // (Note [A group is timed against its ATen form]).
-  bool timed_against_aten() const override { return true; }
-
  private:
   bool launch(ValueSlots& slots, const SymbolBindings& bindings) const override {
     return spec_->direction == ConvDirection::Forward ? forward(slots, bindings) : backward(slots);
