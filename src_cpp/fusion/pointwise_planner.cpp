@@ -10,6 +10,7 @@
 #include "fusion/cast_groups.h"
 #include "fusion/ir_match.h"
 #include "fusion/pointwise_lowering.h"
+#include "fusion/sorted_ids.h"
 #include "fusion/transposed_copies.h"
 #include "spec/launch_tuning.h"
 
@@ -23,12 +24,6 @@ std::string device_problem(const TensorType& t, const Device& device, const std:
   if (!codegen_supports_dtype(t.dtype))
     return what + " has dtype " + std::string(dtype_name(t.dtype)) + ", which codegen lacks";
   return {};
-}
-
-void merge_into(std::vector<int>& into, const std::vector<int>& from) {
-  std::vector<int> out;
-  std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(out));
-  into.swap(out);
 }
 
 // What the planner places: a claimed group, a pointwise group, a cast group

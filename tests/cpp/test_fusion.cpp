@@ -8,12 +8,26 @@
 #include "fusion/fusion_plan.h"
 #include "fusion/pointwise_lowering.h"
 #include "fusion/pointwise_planner.h"
+#include "fusion/sorted_ids.h"
 #include "fusion/type_promotion.h"
 #include "fusion_graphs.h"
 #include "ir/graph.h"
 
 namespace mybackend {
 namespace {
+
+TEST(SortedIds, AMergeKeepsEachIdOnce) {
+  // Repeats on either side collapse: kept, they doubled with every DenseNet
+  // layer the planner's dependency lists were merged through.
+  std::vector<int> into = {1, 3, 3, 7};
+  merge_into(into, {0, 3, 3, 3, 7, 9});
+  EXPECT_EQ(into, (std::vector<int>{0, 1, 3, 7, 9}));
+  std::vector<int> doubled = into;
+  for (int layer = 0; layer < 40; ++layer) merge_into(doubled, doubled);
+  EXPECT_EQ(doubled, into);
+  merge_into(into, {});
+  EXPECT_EQ(into, (std::vector<int>{0, 1, 3, 7, 9}));
+}
 
 TEST(FusionPlan, ChainOfElementwiseOpsIsOneKernel) {
   GraphBuilder b;
