@@ -74,6 +74,9 @@ TEST(CodegenTranspose, PlannedSpecsCompileToPtx) {
     EXPECT_TRUE(has(ptx, R"(bar\.sync)")) << "no barrier between the walks";
     EXPECT_TRUE(has(ptx, R"(ld\.global)"));
     EXPECT_TRUE(has(ptx, R"(st\.global)"));
+    // Note [Vector tile walks]: both sides have a 16-byte path.
+    EXPECT_TRUE(has(ptx, R"(ld\.global(\.nc)?\.v4)")) << "no vector loads";
+    EXPECT_TRUE(has(ptx, R"(st\.global\.v4)")) << "no vector stores";
     EXPECT_FALSE(has(ptx, kLocalMemory)) << "the held loads spilled";
   }
 }
