@@ -44,6 +44,8 @@ import torch
 from mybackend._logging import get_logger, warn_once
 from mybackend.distributed import has_collectives, multi_rank
 from mybackend.eager_floor import (
+    COMPILED,
+    EAGER,
     CudaCallTimer,
     EagerFloor,
     FloorInputs,
@@ -225,11 +227,18 @@ class UserGraphFloorCall(_AotWrapper):
         self._ran_once = False  # the first call is the compiled graph's trial
 
     def __call__(self, *args: Any) -> Any:
-        if not self._ran_once or (self.floor.choice is None and self._compiling()):
-            outputs = self._compiled(*args)
-            self._ran_once = True
-            return outputs
-        return self.floor.call(list(args), self._run_compiled, self._run_user_graph)
+        if self._ran_once:
+            # Every call after the choice passes here: straight to the chosen side.
+            choice = self.floor.choice
+            if choice == COMPILED:
+                return self._compiled(*args)
+            if choice == EAGER:
+                return self._user_graph(*args)
+            if not self._compiling():
+                return self.floor.run(list(args), self._run_compiled, self._run_user_graph)
+        outputs = self._compiled(*args)
+        self._ran_once = True
+        return outputs
 
     def _run_compiled(self, args: list[Any]) -> Any:
         return self._compiled(*args)

@@ -143,8 +143,7 @@ def _full_table() -> dict[Any, Callable[..., Any]]:
 
 
 def decomposition_table(
-    example_inputs: Sequence[Any] | None = None,
-    gm: torch.fx.GraphModule | None = None,
+    example_inputs: Sequence[Any] | None = None, gm: torch.fx.GraphModule | None = None
 ) -> dict[Any, Callable[..., Any]]:
     """The table for a graph: CPU_TABLE when its tensors (example inputs,
     parameters and buffers, the values dynamo recorded on its nodes) are all

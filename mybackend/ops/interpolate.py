@@ -192,9 +192,9 @@ def keep_resampling_whole(
     gm: torch.fx.GraphModule, devices: Collection[str] | None = None, *, recompile: bool = True
 ) -> int:
     """Replaces each ``F.interpolate`` call of a dynamo graph that reads a
-    CUDA tensor with ``mybackend::interpolate``; returns
-    how many (Note [Resampling kept whole]). With ``recompile=False`` the
-    caller regenerates ``gm``'s code."""
+    CUDA tensor with ``mybackend::interpolate``; returns how many (Note
+    [Resampling kept whole]). With ``recompile=False`` the caller
+    regenerates ``gm``'s code."""
     graph = gm.graph
     allowed = REWRITTEN_DEVICES if devices is None else devices
     rewritten = 0

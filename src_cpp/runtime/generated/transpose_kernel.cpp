@@ -55,34 +55,25 @@ class TransposeKernel final : public GroupKernel<TransposeGroup> {
     return true;
   }
 
-  std::int64_t argument(const std::string& name, const TransposeExtents& e) const {
-    const std::pair<const char*, std::int64_t> values[] = {{"batch", e.batch},
-                                                           {"size_a", e.a},
-                                                           {"size_b", e.b},
-                                                           {"in_batch", e.in_strides[0]},
-                                                           {"in_a", e.in_strides[1]},
-                                                           {"in_b", e.in_strides[2]},
-                                                           {"out_batch", e.out_strides[0]},
-                                                           {"out_a", e.out_strides[1]},
-                                                           {"out_b", e.out_strides[2]}};
-    for (const auto& [key, value] : values)
-      if (name == key) return value;
-    MB_ASSERT(false, "unexpected transpose kernel parameter ", name);
-    return 0;
-  }
-
   void launch_tiles(const at::Tensor& in, const at::Tensor& out, const TransposeExtents& e,
                     int device_index) const {
     const KernelEntry& entry = variants_[0].kernel.entries[0];
+    // emit_transpose's parameter order: in, out, then TransposeShape's.
+    const std::int64_t shape[] = {e.batch,
+                                  e.a,
+                                  e.b,
+                                  e.in_strides[0],
+                                  e.in_strides[1],
+                                  e.in_strides[2],
+                                  e.out_strides[0],
+                                  e.out_strides[1],
+                                  e.out_strides[2]};
+    constexpr std::size_t kShapeParams = sizeof(shape) / sizeof(shape[0]);
+    MB_ASSERT(entry.params.size() == 2 + kShapeParams, "unexpected transpose kernel parameters");
     KernelArgs args(entry);
-    for (std::size_t i = 0; i < entry.params.size(); ++i) {
-      const KernelParam& p = entry.params[i];
-      if (p.kind == KernelParam::Kind::Pointer) {
-        args.set_pointer(i, p.name == "out" ? out.data_ptr() : in.data_ptr());
-      } else {
-        args.set_int(i, argument(p.name, e));
-      }
-    }
+    args.set_pointer(0, in.data_ptr());
+    args.set_pointer(1, out.data_ptr());
+    for (std::size_t i = 0; i < kShapeParams; ++i) args.set_int(2 + i, shape[i]);
     const TransposeSpec& s = group_->spec;
     const std::int64_t tiles =
         e.batch * ((e.a + s.tile_a - 1) / s.tile_a) * ((e.b + s.tile_b - 1) / s.tile_b);
