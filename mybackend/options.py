@@ -182,7 +182,7 @@ class Options:
         (),
         "Launch parameters of generated kernels, as a dict of knob to value (e.g. "
         "{'pw_block': 256, 'norm_vec_per_thread': 2}): pw_block, pw_vec_per_thread, "
-        "pw_blocks_per_sm, pw_coalesce_dims, norm_block, norm_vec_per_thread, "
+        "pw_blocks_per_sm, pw_coalesce_dims, pw_fast_divisors, norm_block, norm_vec_per_thread, "
         "norm_blocks_per_sm, norm_wide_warps_per_sm, softmax_block, softmax_blocks_per_sm, "
         "bn_row_unroll, bn_blocks_per_sm, bn_chunk_passes, bn_min_blocks, bn_max_lanes. A "
         "knob not given takes its MYBACKEND_<KNOB> environment variable, else its default "

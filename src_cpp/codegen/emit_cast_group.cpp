@@ -1,7 +1,8 @@
 // Cast-group kernels (Note [Grouped casts] in fusion/cast_groups.h): one
 // launch converts every tensor of a CastTable. The per-chunk work is
-// mb::cast_chunk (device/mb_cast_group.cuh); what varies per spec is the
-// switch over its conversions, written here.
+// mb::cast_chunk, or mb::layout_copy_entry for a member that changes layout
+// (device/mb_cast_group.cuh); what varies per spec is the switch over its
+// conversions, written here.
 #include <sstream>
 
 #include "codegen/device/mb_cast_table.cuh"
@@ -44,8 +45,16 @@ EmittedKernel emit_cast_group(const CastGroupSpec& spec) {
   for (std::size_t k = 0; k < spec.pairs.size(); ++k) {
     const std::string from(emit::storage_type(spec.pairs[k].from));
     const std::string to(emit::storage_type(spec.pairs[k].to));
-    src << "      case " << std::to_string(k) << ":\n"
-        << "        mb::cast_chunk<" << from << ", " << to << ", PER_THREAD>(\n"
+    src << "      case " << std::to_string(k) << ":\n";
+    // Note [Grouped layout copies]: only groups with such members emit them.
+    if (spec.layout_copies) {
+      src << "        if (table.b[t] != 0) {\n"
+          << "          mb::layout_copy_entry<" << from << ", " << to
+          << ", PER_THREAD>(table, t, start, n);\n"
+          << "          break;\n"
+          << "        }\n";
+    }
+    src << "        mb::cast_chunk<" << from << ", " << to << ", PER_THREAD>(\n"
         << "            static_cast<const " << from << "*>(table.src[t]) + start,\n"
         << "            static_cast<" << to << "*>(table.dst[t]) + start, n);\n"
         << "        break;\n";

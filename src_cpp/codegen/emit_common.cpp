@@ -358,7 +358,7 @@ std::string scalar_locals(const PointwiseSpec& spec, const std::string& arg_pref
 
 std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
                             const std::string& shape, const std::string& linear,
-                            const std::string& indent) {
+                            const std::string& indent, const std::string& divisors) {
   std::ostringstream out;
   for (const auto& t : tensors) out << indent << "I " << t.offset_var << " = 0;\n";
   bool any_dims = false;
@@ -372,8 +372,12 @@ std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
       << indent << "  for (int d = " << std::to_string(rank - 1) << "; d >= 0; --d) {\n"
       << indent << "    const I size = static_cast<I>(" << shape << ".d[d]);\n"
       << indent << "    if (d > 0 && size == 1) continue;  // Note [Coalesced dims]\n"
-      << indent << "    const I coord = d > 0 ? rem % size : rem;\n"
-      << indent << "    if (d > 0) rem /= size;\n";
+      << (divisors.empty() ? indent + "    const I coord = d > 0 ? rem % size : rem;\n" + indent +
+                                 "    if (d > 0) rem /= size;\n"
+                           : indent + "    I coord = rem;\n" + indent + "    if (d > 0) {\n" +
+                                 indent + "      const I q = mb::fast_div(rem, " + divisors +
+                                 ".d[d]);\n" + indent + "      coord = rem - q * size;\n" + indent +
+                                 "      rem = q;\n" + indent + "    }\n");
   for (const auto& t : tensors) {
     if (t.rank == 0) continue;
     const int lead = rank - t.rank;

@@ -81,10 +81,13 @@ struct OffsetTensor {
   int rank = 0;
 };
 // Statements that set every tensor's offset from the linear index `linear`
-// of an iteration space of rank `rank` whose sizes are in `shape`.
+// of an iteration space of rank `rank` whose sizes are in `shape`. With
+// `divisors` (a Dims parameter of packed multipliers and shifts, 32-bit
+// index only) the coordinates come from mb::fast_div (Note [Divisors as
+// multipliers] in runtime/fast_divisors.h), else from / and %.
 std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
                             const std::string& shape, const std::string& linear,
-                            const std::string& indent);
+                            const std::string& indent, const std::string& divisors = "");
 
 // The kernel parameter for a Dims<rank> argument, as source text and as ABI.
 std::string dims_param(int rank, const std::string& name);

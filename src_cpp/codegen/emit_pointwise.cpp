@@ -28,6 +28,7 @@ struct Layout {
   int approx_math = 0;           // MB_APPROX_MATH (Note [Approximate math for 16-bit results])
   bool any_strided = false;      // some tensor takes strides
   bool needs_shape = false;      // some strided tensor has rank > 0
+  bool fast_divisors = false;    // shape_div: Note [Divisors as multipliers]
   bool strided_vectors = false;  // the vector loop reads strided inputs element by element
 };
 
@@ -80,6 +81,7 @@ Layout layout_of(const PointwiseSpec& spec) {
   std::vector<DType> stored;
   for (const auto& o : spec.outputs) stored.push_back(o.tensor.dtype);
   layout.approx_math = emit::approx_math_level(stored);
+  layout.fast_divisors = layout.needs_shape && !spec.index64 && spec.tuning.pw_fast_divisors;
   return layout;
 }
 
@@ -112,6 +114,9 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
   param("const long long numel_arg", {KernelParam::Kind::Int64, "numel"});
   if (layout.needs_shape)
     param(emit::dims_param(spec.rank, "shape"), {KernelParam::Kind::Dims, "shape", spec.rank});
+  if (layout.fast_divisors)
+    param(emit::dims_param(spec.rank, "shape_div"),
+          {KernelParam::Kind::Dims, "shape_div", spec.rank});
   auto strides = [&](const TensorArg& t, const std::string& n) {
     if (t.mode != IndexMode::Strided || t.rank == 0) return;
     param(emit::dims_param(t.rank, "stride_" + n),
@@ -178,7 +183,8 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
   }
   if (!strided.empty()) {
     src << "      if (v < nvec) {\n"
-        << emit::strided_offsets(strided, spec.rank, "shape", "v * VEC", "        ");
+        << emit::strided_offsets(strided, spec.rank, "shape", "v * VEC", "        ",
+                                 layout.fast_divisors ? "shape_div" : "");
   }
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const TensorArg& t = spec.inputs[k];
@@ -235,7 +241,8 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
   const std::string start = layout.vec > 1 ? "nvec * VEC + first" : "first";
   src << "  for (I i = " << start << "; i < numel; i += step) {\n";
   if (layout.any_strided)
-    src << emit::strided_offsets(strided_tensors(spec), spec.rank, "shape", "i", "    ");
+    src << emit::strided_offsets(strided_tensors(spec), spec.rank, "shape", "i", "    ",
+                                 layout.fast_divisors ? "shape_div" : "");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string n = "in" + std::to_string(k);
     const std::string ct(compute_type(spec.inputs[k].dtype));

@@ -35,7 +35,7 @@ bool groupable_cast(const Graph& graph, const std::vector<NodeId>& nodes,
       return false;
     }
   }
-  if (casts != 1) return false;
+  if (casts > 1) return false;
   if (single.inputs.size() != 1 || single.outputs.size() != 1 || !single.order.empty())
     return false;
   const TensorType& in = graph.value(single.inputs[0]).tensor;
@@ -45,6 +45,28 @@ bool groupable_cast(const Graph& graph, const std::vector<NodeId>& nodes,
   }
   return in.device == out.device && ir_match::same_shape(in, out) && likely_contiguous(in) &&
          likely_contiguous(out);
+}
+
+bool groupable_layout_copy(const TransposeGroup& copy) {
+  const auto& code = copy.spec.body.instrs;
+  const auto casts = std::count_if(code.begin(), code.end(),
+                                   [](const PwInstr& instr) { return instr.op == PwOp::Cast; });
+  if (casts > 1) return false;
+  for (DType d : {copy.spec.in_dtype(), copy.spec.out_dtype()}) {
+    if (!is_floating(d) || !codegen_supports_dtype(d)) return false;
+  }
+  return true;
+}
+
+std::int64_t output_bytes(const Graph& graph, const CastMember& member) {
+  const ValueId out = member.single ? member.single->outputs[0] : member.layout_copy->output;
+  const TensorType& t = graph.value(out).tensor;
+  std::int64_t numel = 1;
+  for (const Dim& d : t.sizes) {
+    if (!d.is_static()) return 0;
+    numel *= d.static_value();
+  }
+  return numel * dtype_size_bytes(t.dtype);
 }
 
 std::vector<std::vector<int>> independent_cast_sets(const std::vector<std::set<int>>& successors,
@@ -85,23 +107,26 @@ std::vector<std::vector<int>> independent_cast_sets(const std::vector<std::set<i
   return out;
 }
 
-std::shared_ptr<const CastGroup> build_cast_group(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& singles) {
+std::shared_ptr<const CastGroup> build_cast_group(const Graph& graph,
+                                                  const std::vector<CastMember>& members) {
   auto group = std::make_shared<CastGroup>();
   // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).
   group->spec.threads = LaunchTuning{}.pw_block;
-  for (const auto& single : singles) {
-    const CastPair pair{graph.value(single->inputs[0]).tensor.dtype,
-                        graph.value(single->outputs[0]).tensor.dtype};
+  for (const CastMember& member : members) {
+    const ValueId in = member.single ? member.single->inputs[0] : member.layout_copy->input;
+    const ValueId out = member.single ? member.single->outputs[0] : member.layout_copy->output;
+    const CastPair pair{graph.value(in).tensor.dtype, graph.value(out).tensor.dtype};
     auto& pairs = group->spec.pairs;
     auto it = std::find_if(pairs.begin(), pairs.end(), [&](const CastPair& p) {
       return p.from == pair.from && p.to == pair.to;
     });
     if (it == pairs.end()) it = pairs.insert(pairs.end(), pair);
     group->pairs.push_back(static_cast<int>(it - pairs.begin()));
-    group->inputs.push_back(single->inputs[0]);
-    group->outputs.push_back(single->outputs[0]);
-    group->singles.push_back(single);
+    group->inputs.push_back(in);
+    group->outputs.push_back(out);
+    group->singles.push_back(member.single);
+    group->layout_copies.push_back(member.layout_copy);
+    group->spec.layout_copies = group->spec.layout_copies || member.layout_copy != nullptr;
   }
   const std::string problem = validate(group->spec);
   MB_ASSERT(problem.empty(), "cast group with an invalid spec: ", problem);

@@ -65,8 +65,36 @@
 // every output lives from there on. For a forward's weights that is up to
 // 2 bytes per parameter more at the forward's peak when the backward
 // recasts the weights instead of saving them.
+//
+// Note [Grouped layout copies]
+// The channels-last plan copies every convolution weight into its layout on
+// every call (Note [Tiled transposing copies] in transposed_copies.h):
+// ResNet-18 at batch 1 ran 18 transposing copies and 3 order-keeping ones
+// (its 1x1 weights), each one launch for at most a few MB: 62 us of its
+// 327 us of GPU time on an H200 with ATen's copies, where the bytes take
+// about 15 us. Like autocast's casts, they read graph inputs only, so they
+// join the same groups, with the same levels:
+// - a lone copy that keeps the dtype, from a contiguous tensor into a
+//   contiguous one (a 1x1 weight; ATen's copy otherwise) is a member whose
+//   pair keeps the dtype;
+// - a tiled transposing copy whose body converts at most once is a layout
+//   member: its table entry carries a and b of its [batch, a, b] view, and
+//   the kernel writes dense [batch, b, a] in 16-byte vectors of VEC outputs,
+//   each read at stride b (mb::layout_copy_chunk); the block's other rows
+//   read the same lines, so the reads cost cache traffic, not DRAM.
+// A run whose input is not dense in the planned order runs that member's
+// tiled copy alone, which falls back to ATen in turn. A cast group is timed
+// against its ATen form on its first call, as the tiled copies were (Note
+// [A group is timed against its ATen form] in runtime/group_floor.h): one
+// launch replaces N, but a large activation's copy read at a stride could
+// still lose to ATen's.
+// Since every output lives from the group's launch on, a group holds at
+// most kCastGroupBytes of outputs: a set is split in node order, so the
+// extra live memory is bounded (the weights of a conv net at batch 1 are
+// most of its memory).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <string>
@@ -77,13 +105,31 @@
 
 namespace mybackend {
 
+// Outputs one cast group holds at most (Note [Grouped layout copies]).
+constexpr std::int64_t kCastGroupBytes = std::int64_t{32} << 20;
+
 // Whether `nodes`, planned as the pointwise group `single`, may join a cast
-// group: one dtype cast between floating dtypes codegen handles and any
-// number of copies that keep the dtype (Note [Copies beside a cast]), from a
-// contiguous tensor into a contiguous one of the same shape (symbolic sizes:
-// the guess of likely_contiguous; the runtime checks the tensors).
+// group: at most one dtype cast between floating dtypes codegen handles and
+// any number of copies that keep the dtype (Note [Copies beside a cast],
+// Note [Grouped layout copies]), from a contiguous tensor into a contiguous
+// one of the same shape (symbolic sizes: the guess of likely_contiguous; the
+// runtime checks the tensors).
 bool groupable_cast(const Graph& graph, const std::vector<NodeId>& nodes,
                     const PointwiseGroup& single);
+
+// Whether the tiled copy `copy` may join a cast group as a layout member: its
+// body converts at most once (Note [Grouped layout copies]).
+bool groupable_layout_copy(const TransposeGroup& copy);
+
+// A member of a cast group: a pointwise group (groupable_cast) or a layout
+// copy (groupable_layout_copy).
+struct CastMember {
+  std::shared_ptr<const PointwiseGroup> single;
+  std::shared_ptr<const TransposeGroup> layout_copy;
+};
+
+// Bytes of the member's output, 0 when a size is symbolic.
+std::int64_t output_bytes(const Graph& graph, const CastMember& member);
 
 // Which `candidates` (units of a partition's unit graph; `successors[u]`:
 // the units that read something unit u computes) share a kernel: sets of
@@ -93,8 +139,8 @@ std::vector<std::vector<int>> independent_cast_sets(const std::vector<std::set<i
                                                     const std::vector<int>& candidates,
                                                     const std::vector<std::string>& keys);
 
-// The cast group of `singles` (groupable_cast each), in their order.
-std::shared_ptr<const CastGroup> build_cast_group(
-    const Graph& graph, const std::vector<std::shared_ptr<const PointwiseGroup>>& singles);
+// The cast group of `members`, in their order.
+std::shared_ptr<const CastGroup> build_cast_group(const Graph& graph,
+                                                  const std::vector<CastMember>& members);
 
 }  // namespace mybackend

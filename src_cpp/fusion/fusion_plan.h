@@ -105,16 +105,22 @@ struct NormGroup {
 
 // What the runtime needs to launch a cast group (Note [Grouped casts] in
 // cast_groups.h): member k converts inputs[k] into outputs[k] with
-// spec.pairs[pairs[k]]. singles[k] is member k's one-cast pointwise group:
-// the runtime launches it instead, for one call, when member k's tensors
-// break the grouped kernel's assumptions (contiguous, as in Note [Two
-// pointwise variants]).
+// spec.pairs[pairs[k]]. The runtime runs member k alone instead, for one
+// call, when its tensors break the grouped kernel's assumptions (contiguous,
+// as in Note [Two pointwise variants], or the planned layout copy).
+struct TransposeGroup;
+
 struct CastGroup {
   CastGroupSpec spec;
   std::vector<ValueId> inputs;
   std::vector<ValueId> outputs;
   std::vector<int> pairs;
+  // What runs member k alone (for a call whose tensors do not fit the
+  // table): singles[k], its pointwise kernel, or for a layout copy (Note
+  // [Grouped layout copies] in cast_groups.h) layout_copies[k], its tiled
+  // transpose; the other is null.
   std::vector<std::shared_ptr<const PointwiseGroup>> singles;
+  std::vector<std::shared_ptr<const TransposeGroup>> layout_copies;
 };
 
 // What the runtime needs to launch a generated max-pool group (Note [Pool

@@ -48,7 +48,7 @@ void archive(Ar& ar, CastGroup& g) {
   fields(ar, g.spec);
   archive_ids(ar, g.inputs, IdSpace::Value);
   archive_ids(ar, g.outputs, IdSpace::Value);
-  fields(ar, g.pairs, g.singles);
+  fields(ar, g.pairs, g.singles, g.layout_copies);
 }
 
 template <class Ar>

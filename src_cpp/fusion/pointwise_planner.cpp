@@ -35,6 +35,9 @@ struct Unit {
   int claimed = -1;  // index into claimed.groups
   std::shared_ptr<const CastGroup> casts;
   std::shared_ptr<const TransposeGroup> transpose;  // Note [Tiled transposing copies]
+  // A lone copy left to ATen, as the one-copy group it would be in a cast
+  // group (Note [Grouped layout copies]); used only there.
+  std::shared_ptr<const PointwiseGroup> lone_copy;
 };
 
 // successors[u]: the units that read something unit u computes.
@@ -56,38 +59,92 @@ std::vector<std::set<int>> unit_successors(const std::vector<Unit>& units,
   return successors;
 }
 
-// Note [Grouped casts]: the one-cast pointwise units that do not depend on
-// each other become one cast-group unit per level and device.
+// What the cast group of units `set` holds, for reports.
+std::string cast_group_why(const CastGroup& casts, const std::vector<Unit>& units,
+                           const std::vector<int>& set) {
+  std::size_t converting = 0, layout = 0, beside = 0;
+  for (std::size_t k = 0; k < casts.outputs.size(); ++k) {
+    const CastPair& pair = casts.spec.pairs[static_cast<std::size_t>(casts.pairs[k])];
+    converting += pair.from != pair.to ? 1 : 0;
+    const bool moves = casts.layout_copies[k] != nullptr;
+    layout += moves ? 1 : 0;
+    beside += !moves && units[static_cast<std::size_t>(set[k])].nodes.size() > 1 ? 1 : 0;
+  }
+  const std::size_t copies = casts.outputs.size() - converting;
+  std::string why = "grouped " + std::to_string(casts.outputs.size()) + " independent " +
+                    (copies == 0       ? "dtype casts"
+                     : converting == 0 ? "copies"
+                                       : "casts and copies") +
+                    " into one generated multi-tensor kernel (Note [Grouped casts])";
+  if (layout > 0)
+    why += "; " + std::to_string(layout) + " change layout (Note [Grouped layout copies])";
+  if (beside > 0)
+    why += "; layout copies beside " + std::to_string(beside) +
+           " casts keep the element order (Note [Copies beside a cast])";
+  return why;
+}
+
+// Note [Grouped casts], Note [Grouped layout copies]: the one-cast or copy
+// units that do not depend on each other become one cast-group unit per
+// level and device, split where a group's outputs would pass kCastGroupBytes.
 void merge_cast_units(const Graph& graph, const std::vector<std::vector<NodeId>>& producers,
                       std::vector<Unit>& units) {
   std::vector<int> candidates;
   std::vector<std::string> keys;
+  std::vector<CastMember> member_of(units.size());
   for (std::size_t u = 0; u < units.size(); ++u) {
     const Unit& unit = units[u];
-    if (!unit.pointwise || !groupable_cast(graph, unit.nodes, *unit.pointwise)) continue;
+    CastMember& member = member_of[u];
+    if (unit.pointwise && groupable_cast(graph, unit.nodes, *unit.pointwise)) {
+      member.single = unit.pointwise;
+    } else if (unit.lone_copy) {
+      member.single = unit.lone_copy;
+    } else if (unit.transpose && groupable_layout_copy(*unit.transpose)) {
+      member.layout_copy = unit.transpose;
+    } else {
+      continue;
+    }
     candidates.push_back(static_cast<int>(u));
-    keys.push_back(graph.value(unit.pointwise->outputs[0]).tensor.device.str());
+    const ValueId out = member.single ? member.single->outputs[0] : member.layout_copy->output;
+    keys.push_back(graph.value(out).tensor.device.str());
   }
   if (candidates.size() < 2) return;
   std::vector<bool> merged(units.size(), false);
   std::vector<Unit> groups;
+  auto add_group = [&](const std::vector<int>& set) {
+    if (set.size() < 2) return;
+    Unit group;
+    std::vector<CastMember> members;
+    for (int u : set) {
+      const std::vector<NodeId>& nodes = units[static_cast<std::size_t>(u)].nodes;
+      group.nodes.insert(group.nodes.end(), nodes.begin(), nodes.end());
+      members.push_back(member_of[static_cast<std::size_t>(u)]);
+      merged[static_cast<std::size_t>(u)] = true;
+    }
+    std::sort(group.nodes.begin(), group.nodes.end());
+    group.casts = build_cast_group(graph, members);
+    group.why = cast_group_why(*group.casts, units, set);
+    groups.push_back(std::move(group));
+  };
   for (std::vector<int>& set :
        independent_cast_sets(unit_successors(units, producers), candidates, keys)) {
-    if (set.size() < 2) continue;
     std::sort(set.begin(), set.end(), [&](int a, int b) {
       return units[static_cast<std::size_t>(a)].nodes[0] <
              units[static_cast<std::size_t>(b)].nodes[0];
     });
-    Unit group;
-    std::vector<std::shared_ptr<const PointwiseGroup>> singles;
+    std::vector<int> part;
+    std::int64_t bytes = 0;
     for (int u : set) {
-      const std::vector<NodeId>& nodes = units[static_cast<std::size_t>(u)].nodes;
-      group.nodes.insert(group.nodes.end(), nodes.begin(), nodes.end());
-      singles.push_back(units[static_cast<std::size_t>(u)].pointwise);
-      merged[static_cast<std::size_t>(u)] = true;
+      const std::int64_t more = output_bytes(graph, member_of[static_cast<std::size_t>(u)]);
+      if (!part.empty() && bytes + more > kCastGroupBytes) {
+        add_group(part);
+        part.clear();
+        bytes = 0;
+      }
+      part.push_back(u);
+      bytes += more;
     }
-    group.casts = build_cast_group(graph, singles);
-    groups.push_back(std::move(group));
+    add_group(part);
   }
   std::vector<Unit> kept;
   for (std::size_t u = 0; u < units.size(); ++u)
@@ -605,6 +662,17 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       for (NodeId n : nodes) {
         refusals[n] = why.empty() ? "a lone elementwise op gains nothing from fusion" : why;
       }
+      // Note [Grouped layout copies]: a lone copy may still join a cast group.
+      const Node& lone = graph_.node(nodes[0]);
+      if (nodes.size() == 1 &&
+          (lone.op == "aten::clone.default" || lone.op == "aten::_to_copy.default")) {
+        std::string unused;
+        auto copy = build_group(nodes, &unused);
+        if (copy && groupable_cast(graph_, nodes, *copy)) {
+          unit_of[nodes[0]] = static_cast<int>(units.size());
+          units.push_back({nodes, nullptr, {}, -1, nullptr, nullptr, std::move(copy)});
+        }
+      }
       continue;
     }
     for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
@@ -642,13 +710,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       group.nodes = unit.nodes;
       group.set(unit.casts);
       group.spec = unit.casts->spec.to_string();
-      group.why = "grouped " + std::to_string(unit.casts->outputs.size()) +
-                  " independent dtype casts into one generated multi-tensor kernel (Note "
-                  "[Grouped casts])";
-      if (unit.nodes.size() > unit.casts->outputs.size())
-        group.why +=
-            "; layout copies beside them keep the element order (Note [Copies "
-            "beside a cast])";
+      group.why = unit.why;
       out.push_back(std::move(group));
     } else if (unit.transpose) {
       KernelGroup group;

@@ -32,7 +32,9 @@ std::shared_ptr<const CastGroup> tuned(const CastGroup& group, const LaunchTunin
   auto out = std::make_shared<CastGroup>(group);
   out->spec.tuning = tuning;
   out->spec.threads = tuning.pw_block;
-  for (auto& single : out->singles) single = tuned(*single, tuning);
+  for (auto& single : out->singles) {
+    if (single) single = tuned(*single, tuning);  // null for a layout copy
+  }
   return out;
 }
 

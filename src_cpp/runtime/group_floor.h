@@ -9,9 +9,10 @@
 // may run twice (KernelKindTraits::timed_against_aten: no side effects,
 // fresh outputs) is timed against its own ATen calls on its first call for
 // each set of symbol values, as cudnn.benchmark times algorithms (cuDNN
-// convolutions, and tiled transposing copies, whose gain over ATen's copy
+// convolutions; tiled transposing copies, whose gain over ATen's copy
 // depends on the shape: Note [Tiled transposing copies] in
-// fusion/transposed_copies.h):
+// fusion/transposed_copies.h; cast groups, whose layout copies read at a
+// stride: Note [Grouped layout copies] in fusion/cast_groups.h):
 //
 // - Both forms run once untimed (plans built, algorithms and caches warm),
 //   then alternately kTimedRuns times each behind a GPU sleep long enough

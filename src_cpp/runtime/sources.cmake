@@ -1,7 +1,8 @@
-# The memory plan and the dims coalescing are torch-free (Note [Memory plan],
+# The memory plan, the dims coalescing and the fast divisors are torch-free (Note [Memory plan],
 # Note [Coalesced dims]): they sit in the core library, so tests/cpp tests
 # them without torch.
-list(APPEND CORE_SOURCES runtime/memory_plan.cpp runtime/coalesced_dims.cpp)
+list(APPEND CORE_SOURCES runtime/memory_plan.cpp runtime/coalesced_dims.cpp
+  runtime/fast_divisors.cpp)
 list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
   runtime/symbol_binder.cpp runtime/executor.cpp runtime/group_floor.cpp runtime/kernel_kinds.cpp
   runtime/cuda_graph_runner.cpp runtime/graph_memory.cpp runtime/planned_outputs.cpp

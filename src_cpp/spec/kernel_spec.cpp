@@ -206,7 +206,9 @@ std::string CastGroupSpec::to_string() const {
     out << (k ? "," : "") << dtype_short_name(pairs[k].from) << "->"
         << dtype_short_name(pairs[k].to);
   }
-  out << " threads=" << std::to_string(threads) << tuning_text(tuning) << "\n";
+  out << " threads=" << std::to_string(threads);
+  if (layout_copies) out << " layout_copies";
+  out << tuning_text(tuning) << "\n";
   return out.str();
 }
 

@@ -303,9 +303,10 @@ struct CastPair {
   DType to = DType::BFloat16;
 };
 
-// Many contiguous tensors converted in one launch (Note [Grouped casts] in
-// fusion/cast_groups.h). The kernel takes, by value, a table of
-// {src, dst, numel, pair} per tensor (device/mb_cast_table.cuh); each block
+// Many tensors converted or copied in one launch (Note [Grouped casts] and
+// Note [Grouped layout copies] in fusion/cast_groups.h). The kernel takes, by
+// value, a table of {src, dst, numel, pair, a, b} per tensor
+// (device/mb_cast_table.cuh); a pair may keep the dtype (a copy); each block
 // converts one chunk of threads * kCastElementsPerThread elements of one
 // tensor. The spec lists only the conversions, which table entries name by
 // index: how many tensors and of what sizes are arguments (Note [Specs hold
@@ -313,6 +314,9 @@ struct CastPair {
 struct CastGroupSpec {
   std::vector<CastPair> pairs;  // distinct, in the order the planner met them
   int threads = 256;
+  // Some member changes layout (Note [Grouped layout copies] in
+  // fusion/cast_groups.h): the kernel has that path too.
+  bool layout_copies = false;
   // The launch tuning of the compile (Note [Tuning in the specs]); printed
   // when it is not the defaults.
   LaunchTuning tuning;

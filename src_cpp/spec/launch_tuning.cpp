@@ -20,6 +20,7 @@ const std::vector<Knob>& knobs() {
       {"pw_vec_per_thread", &LaunchTuning::pw_vec_per_thread, {1, 2, 4, 8}},
       {"pw_blocks_per_sm", &LaunchTuning::pw_blocks_per_sm, {0, 1, 2, 4, 8, 16, 32}},
       {"pw_coalesce_dims", &LaunchTuning::pw_coalesce_dims, {0, 1}},
+      {"pw_fast_divisors", &LaunchTuning::pw_fast_divisors, {0, 1}},
       {"norm_block", &LaunchTuning::norm_block, {64, 128, 256, 512, 1024}},
       {"norm_vec_per_thread", &LaunchTuning::norm_vec_per_thread, {1, 2, 4, 8, 16}},
       {"norm_blocks_per_sm", &LaunchTuning::norm_blocks_per_sm, {0, 1, 2, 4, 8, 16, 32}},

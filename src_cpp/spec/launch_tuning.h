@@ -31,6 +31,10 @@ struct LaunchTuning {
   // MYBACKEND_PW_COALESCE_DIMS: merge the dims every tensor walks as one at
   // launch (Note [Coalesced dims] in runtime/coalesced_dims.h); 0 for A/B runs.
   int pw_coalesce_dims = 1;
+  // MYBACKEND_PW_FAST_DIVISORS: the 32-bit variant's index math divides by
+  // multiply and shift (Note [Divisors as multipliers] in
+  // runtime/fast_divisors.h); 0 for A/B runs.
+  int pw_fast_divisors = 1;
   // Row-wise norm / softmax kernels.
   int norm_block = 256;         // MYBACKEND_NORM_BLOCK: threads per block (a power of two)
   int norm_vec_per_thread = 4;  // MYBACKEND_NORM_VEC_PER_THREAD: vectors of a row one thread holds

@@ -4,10 +4,10 @@ namespace mybackend {
 
 template <class Ar>
 void archive(Ar& ar, LaunchTuning& t) {
-  fields(ar, t.pw_block, t.pw_vec_per_thread, t.pw_blocks_per_sm, t.pw_coalesce_dims, t.norm_block,
-         t.norm_vec_per_thread, t.norm_blocks_per_sm, t.norm_wide_warps_per_sm, t.softmax_block,
-         t.softmax_blocks_per_sm, t.bn_row_unroll, t.bn_blocks_per_sm, t.bn_chunk_passes,
-         t.bn_max_lanes, t.bn_min_blocks);
+  fields(ar, t.pw_block, t.pw_vec_per_thread, t.pw_blocks_per_sm, t.pw_coalesce_dims,
+         t.pw_fast_divisors, t.norm_block, t.norm_vec_per_thread, t.norm_blocks_per_sm,
+         t.norm_wide_warps_per_sm, t.softmax_block, t.softmax_blocks_per_sm, t.bn_row_unroll,
+         t.bn_blocks_per_sm, t.bn_chunk_passes, t.bn_max_lanes, t.bn_min_blocks);
 }
 
 // ---- generated kernels ------------------------------------------------------
@@ -57,7 +57,7 @@ void archive(Ar& ar, CastPair& p) {
 
 template <class Ar>
 void archive(Ar& ar, CastGroupSpec& s) {
-  fields(ar, s.pairs, s.threads, s.tuning);
+  fields(ar, s.pairs, s.threads, s.layout_copies, s.tuning);
 }
 
 template <class Ar>

@@ -304,7 +304,6 @@ std::string validate(const CastGroupSpec& spec) {
       if (!is_floating(d) || !codegen_supports_dtype(d))
         return "cast groups convert between floating dtypes, got " + name(d);
     }
-    if (c.from == c.to) return "a cast group pair converts " + name(c.from) + " to itself";
     for (std::size_t j = 0; j < k; ++j) {
       if (spec.pairs[j].from == c.from && spec.pairs[j].to == c.to)
         return "the pair " + name(c.from) + "->" + name(c.to) + " is listed twice";

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codegen/launch_tuning.h"
+#include "fusion/cast_groups.h"
 #include "fusion/fusion_plan.h"
 #include "fusion_graphs.h"
 #include "ir/graph.h"
@@ -152,44 +153,120 @@ TEST(CastGroups, OnlyPlainFloatCastsOfContiguousTensorsJoin) {
   EXPECT_EQ(pointwise, (std::vector<std::vector<NodeId>>{{2}, {3}, {4, 5}})) << p.plan.to_string();
 }
 
+TensorType channels_last(DType dtype, std::int64_t k, std::int64_t c, std::int64_t r) {
+  TensorType t = tensor(dtype, {k, c, r, r});
+  t.strides = {Dim(c * r * r), Dim(1), Dim(r * c), Dim(c)};
+  return t;
+}
+
+ValueId clone(GraphBuilder& b, ValueId x, const TensorType& t, const std::string& name) {
+  return b.add_node(NodeKind::Aten, "aten::clone.default", {v(x)}, {out(t)}, name)[0];
+}
+
 // Note [Copies beside a cast]: a 1x1 convolution weight cast and copied
 // into channels-last lists its elements in the same order, so the pair
-// joins the group; a 3x3 weight's copy moves elements and stays out.
-TEST(CastGroups, ACastWithALayoutCopyThatKeepsTheOrderJoins) {
+// joins the group as a cast; a 3x3 weight's cast and copy moves elements and
+// joins as a layout copy (Note [Grouped layout copies]).
+TEST(CastGroups, CastsWithLayoutCopiesJoin) {
   GraphBuilder b;
-  auto channels_last = [](DType dtype, std::int64_t k, std::int64_t c, std::int64_t r) {
-    TensorType t = tensor(dtype, {k, c, r, r});
-    t.strides = {Dim(c * r * r), Dim(1), Dim(r * c), Dim(c)};
-    return t;
-  };
-  auto copy = [&](ValueId x, const TensorType& t, const std::string& name) {
-    return b.add_node(NodeKind::Aten, "aten::clone.default", {v(x)}, {out(t)}, name)[0];
-  };
   ValueId w1 = b.add_input(out(tensor(DType::Float32, {64, 32, 1, 1}), "w1"));
   ValueId w2 = b.add_input(out(tensor(DType::Float32, {16, 8, 1, 1}), "w2"));
   ValueId w3 = b.add_input(out(tensor(DType::Float32, {16, 8, 3, 3}), "w3"));
-  ValueId c1 = cast(b, w1, tensor(DType::BFloat16, {64, 32, 1, 1}), "c1");  // node 0
-  ValueId l1 = copy(c1, channels_last(DType::BFloat16, 64, 32, 1), "l1");   // node 1
-  ValueId c2 = cast(b, w2, tensor(DType::BFloat16, {16, 8, 1, 1}), "c2");   // node 2
-  ValueId l2 = copy(c2, channels_last(DType::BFloat16, 16, 8, 1), "l2");    // node 3
-  ValueId c3 = cast(b, w3, tensor(DType::BFloat16, {16, 8, 3, 3}), "c3");   // node 4
-  ValueId l3 = copy(c3, channels_last(DType::BFloat16, 16, 8, 3), "l3");    // node 5
+  ValueId c1 = cast(b, w1, tensor(DType::BFloat16, {64, 32, 1, 1}), "c1");     // node 0
+  ValueId l1 = clone(b, c1, channels_last(DType::BFloat16, 64, 32, 1), "l1");  // node 1
+  ValueId c2 = cast(b, w2, tensor(DType::BFloat16, {16, 8, 1, 1}), "c2");      // node 2
+  ValueId l2 = clone(b, c2, channels_last(DType::BFloat16, 16, 8, 1), "l2");   // node 3
+  ValueId c3 = cast(b, w3, tensor(DType::BFloat16, {16, 8, 3, 3}), "c3");      // node 4
+  ValueId l3 = clone(b, c3, channels_last(DType::BFloat16, 16, 8, 3), "l3");   // node 5
   b.set_outputs({v(l1), v(l2), v(l3)});
   Planned p = plan(b);
   const auto groups = p.groups(KernelKind::CastGroup);
   ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
-  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3}));
-  EXPECT_EQ(groups[0]->get<CastGroup>()->inputs, (std::vector<ValueId>{w1, w2}));
-  EXPECT_EQ(groups[0]->get<CastGroup>()->outputs, (std::vector<ValueId>{l1, l2}));
-  EXPECT_NE(groups[0]->why.find("grouped 2 independent dtype casts"), std::string::npos)
-      << groups[0]->why;
-  EXPECT_NE(groups[0]->why.find("Copies beside a cast"), std::string::npos) << groups[0]->why;
-  // The 3x3 weight's pair moves elements: a tiled copy of its own (Note
-  // [Tiled transposing copies]).
+  const CastGroup& casts = *groups[0]->get<CastGroup>();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(casts.inputs, (std::vector<ValueId>{w1, w2, w3}));
+  EXPECT_EQ(casts.outputs, (std::vector<ValueId>{l1, l2, l3}));
+  EXPECT_TRUE(casts.spec.layout_copies);
+  ASSERT_EQ(casts.layout_copies.size(), 3u);
+  EXPECT_EQ(casts.layout_copies[0], nullptr);
+  EXPECT_EQ(casts.layout_copies[1], nullptr);
+  ASSERT_NE(casts.layout_copies[2], nullptr);
+  EXPECT_EQ(casts.singles[2], nullptr);
+  EXPECT_EQ(casts.layout_copies[2]->input, w3);
+  EXPECT_EQ(casts.layout_copies[2]->output, l3);
+  const std::string& why = groups[0]->why;
+  EXPECT_NE(why.find("grouped 3 independent dtype casts"), std::string::npos) << why;
+  EXPECT_NE(why.find("1 change layout"), std::string::npos) << why;
+  EXPECT_NE(why.find("beside 2 casts"), std::string::npos) << why;
   EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
-  std::vector<std::vector<NodeId>> transposes;
-  for (const KernelGroup* g : p.groups(KernelKind::Transpose)) transposes.push_back(g->nodes);
-  EXPECT_EQ(transposes, (std::vector<std::vector<NodeId>>{{4, 5}})) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::Transpose).empty()) << p.plan.to_string();
+}
+
+// Note [Grouped layout copies]: bf16 inference copies its weights into
+// channels-last without a cast: lone copies, which ATen would run, and tiled
+// transposes join one group of copies; a lone copy with no partner stays
+// ATen's.
+TEST(CastGroups, WeightCopiesWithoutCastsJoin) {
+  GraphBuilder b;
+  ValueId w1 = b.add_input(out(tensor(DType::BFloat16, {64, 32, 1, 1}), "w1"));
+  ValueId w2 = b.add_input(out(tensor(DType::BFloat16, {64, 32, 3, 3}), "w2"));
+  ValueId w3 = b.add_input(out(tensor(DType::BFloat16, {32, 3, 7, 7}), "w3"));
+  ValueId l1 = clone(b, w1, channels_last(DType::BFloat16, 64, 32, 1), "l1");  // node 0
+  ValueId l2 = clone(b, w2, channels_last(DType::BFloat16, 64, 32, 3), "l2");  // node 1
+  ValueId l3 = clone(b, w3, channels_last(DType::BFloat16, 32, 3, 7), "l3");   // node 2
+  b.set_outputs({v(l1), v(l2), v(l3)});
+  Planned p = plan(b);
+  const auto groups = p.groups(KernelKind::CastGroup);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const CastGroup& casts = *groups[0]->get<CastGroup>();
+  EXPECT_EQ(groups[0]->spec, "cast_group pairs=bf16->bf16 threads=" +
+                                 std::to_string(LaunchTuning{}.pw_block) + " layout_copies\n");
+  EXPECT_EQ(casts.pairs, (std::vector<int>{0, 0, 0}));
+  ASSERT_NE(casts.singles[0], nullptr);  // the 1x1 weight: a copy in element order
+  EXPECT_EQ(casts.layout_copies[0], nullptr);
+  EXPECT_NE(casts.layout_copies[1], nullptr);
+  EXPECT_NE(casts.layout_copies[2], nullptr);
+  EXPECT_NE(groups[0]->why.find("grouped 3 independent copies"), std::string::npos)
+      << groups[0]->why;
+  EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty()) << p.plan.to_string();
+
+  GraphBuilder alone;
+  ValueId w = alone.add_input(out(tensor(DType::BFloat16, {64, 32, 1, 1}), "w"));
+  alone.set_outputs({v(clone(alone, w, channels_last(DType::BFloat16, 64, 32, 1), "l"))});
+  Planned q = plan(alone);
+  EXPECT_TRUE(q.groups(KernelKind::CastGroup).empty()) << q.plan.to_string();
+  ASSERT_EQ(q.groups(KernelKind::AtenSequence).size(), 1u) << q.plan.to_string();
+  EXPECT_NE(q.groups(KernelKind::AtenSequence)[0]->why.find("a lone elementwise op"),
+            std::string::npos);
+}
+
+// Note [Grouped layout copies]: a group holds at most kCastGroupBytes of
+// outputs; a set is cut in node order.
+TEST(CastGroups, GroupsAreCutAtTheirByteBudget) {
+  GraphBuilder b;
+  // 512 x 512 x 3 x 3 bf16 weights: 4.5 MiB each, so 7 fit in 32 MiB.
+  const int count = 10;
+  std::vector<ValueId> weights, outputs;
+  for (int k = 0; k < count; ++k)
+    weights.push_back(b.add_input(out(tensor(DType::BFloat16, {512, 512, 3, 3}))));
+  for (ValueId w : weights)
+    outputs.push_back(clone(b, w, channels_last(DType::BFloat16, 512, 512, 3), "l"));
+  std::vector<Argument> outs;
+  for (ValueId o : outputs) outs.push_back(v(o));
+  b.set_outputs(outs);
+  Planned p = plan(b);
+  const auto groups = p.groups(KernelKind::CastGroup);
+  ASSERT_EQ(groups.size(), 2u) << p.plan.to_string();
+  const std::int64_t bytes = std::int64_t{512} * 512 * 9 * 2;
+  std::vector<std::size_t> sizes;
+  NodeId last = -1;
+  for (const KernelGroup* g : groups) {
+    sizes.push_back(g->get<CastGroup>()->outputs.size());
+    EXPECT_LE(static_cast<std::int64_t>(sizes.back()) * bytes, kCastGroupBytes);
+    EXPECT_GT(g->nodes.front(), last);  // node order
+    last = g->nodes.back();
+  }
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{7, 3}));
 }
 
 TEST(CastGroups, TwoCastsInOneUnitStayOut) {

@@ -1,11 +1,14 @@
-// Stage 9: merging the dims a pointwise kernel walks as one
-// (runtime/coalesced_dims.h, Note [Coalesced dims]).
+// Stage 9: merging the dims a pointwise kernel walks as one, and the
+// multiply-and-shift divisors of its index math (runtime/coalesced_dims.h,
+// Note [Coalesced dims]; runtime/fast_divisors.h, Note [Divisors as multipliers]).
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "runtime/coalesced_dims.h"
+#include "runtime/fast_divisors.h"
 
 namespace mybackend {
 namespace {
@@ -90,6 +93,47 @@ TEST(CoalescedDims, ASingleElementIsLeftAsItIs) {
   EXPECT_EQ(coalesce_dims(shape, strides), 0);
   EXPECT_EQ(shape, (Dims{1, 1}));
   EXPECT_EQ(strides[0], (Dims{7, 3}));
+}
+
+// The kernel's quotient equals n / d for divisors and dividends at the
+// edges (powers of two and their neighbours, the largest 32-bit index) and
+// at random; the remainder follows from it.
+TEST(FastDivisors, QuotientsAreExactBelowTwoToThe31) {
+  std::vector<std::uint32_t> divisors;
+  for (std::uint32_t d = 1; d <= 1024; ++d) divisors.push_back(d);
+  for (int s = 10; s <= 31; ++s) {
+    const std::uint32_t p = std::uint32_t{1} << s;
+    divisors.insert(divisors.end(), {p - 1, p, p + 1});
+  }
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<std::uint32_t> any(1, (std::uint32_t{1} << 31) - 1);
+  for (int k = 0; k < 2000; ++k) divisors.push_back(any(gen));
+  const std::uint32_t top = (std::uint32_t{1} << 31) - 1;
+  for (std::uint32_t d : divisors) {
+    if (d > top) continue;
+    const FastDivisor f = fast_divisor(d);
+    std::vector<std::uint32_t> dividends = {0, 1, d - 1, d, d + 1, top, top - 1, top - d};
+    for (std::uint32_t m : {2u, 3u, 1000u}) {
+      if (std::uint64_t{d} * m <= top) dividends.insert(dividends.end(), {d * m - 1, d * m});
+    }
+    for (int k = 0; k < 200; ++k) dividends.push_back(any(gen));
+    for (std::uint32_t n : dividends) {
+      if (n > top) continue;
+      ASSERT_EQ(fast_divide(n, f), n / d) << n << " / " << d;
+    }
+  }
+}
+
+TEST(FastDivisors, PackedAsMultiplierAndShift) {
+  const std::vector<std::int64_t> packed = packed_divisors({1, 6, 1024, 0, std::int64_t{1} << 31});
+  ASSERT_EQ(packed.size(), 5u);
+  EXPECT_EQ(packed[0], (std::int64_t{1} << 32) | 0);  // m = 1, s = 0: n itself
+  const FastDivisor six = fast_divisor(6);
+  EXPECT_EQ(six.shift, 3u);
+  EXPECT_EQ(packed[1], static_cast<std::int64_t>((std::uint64_t{six.multiplier} << 32) | 3));
+  EXPECT_EQ(packed[2], (std::int64_t{1} << 32) | 10);  // a power of two: a shift
+  EXPECT_EQ(packed[3], 0);
+  EXPECT_EQ(packed[4], 0);
 }
 
 }  // namespace

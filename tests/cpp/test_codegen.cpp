@@ -224,16 +224,43 @@ TEST(CodegenPointwise, StridedKernelsUseScalarAccessesAndTakeShapes) {
   ASSERT_TRUE(outcomes[0].ok());
   EXPECT_FALSE(has_16_byte_access(outcomes[0].kernel->image, "ld"));
   EXPECT_FALSE(has_16_byte_access(outcomes[0].kernel->image, "st"));
-  // Sizes are arguments (Note [Specs hold no sizes]): numel, the shape and
-  // one stride set per strided tensor, with the broadcast input's rank.
+  // Sizes are arguments (Note [Specs hold no sizes]): numel, the shape, its
+  // divisors (Note [Divisors as multipliers]) and one stride set per
+  // strided tensor, with the broadcast input's rank.
   std::vector<std::string> names;
   for (const auto& p : kernel.entries[0].params)
     names.push_back(p.name +
                     (p.kind == KernelParam::Kind::Dims ? "/" + std::to_string(p.rank) : ""));
   const std::vector<std::string> expected = {
-      "in0",     "in1",          "out0",         "out1",          "scalar1",      "numel",
-      "shape/2", "stride_in0/2", "stride_in1/1", "stride_out0/2", "stride_out1/2"};
+      "in0",     "in1",         "out0",         "out1",         "scalar1",       "numel",
+      "shape/2", "shape_div/2", "stride_in0/2", "stride_in1/1", "stride_out0/2", "stride_out1/2"};
   EXPECT_EQ(names, expected);
+}
+
+// Note [Divisors as multipliers]: the 32-bit variant finds coordinates by
+// multiply and shift; the 64-bit variant and the knob's 0 keep division.
+TEST(CodegenPointwise, ThirtyTwoBitIndexMathDividesByMultiplying) {
+  // std::regex recurses per character on long PTX: plain searches.
+  auto divides = [](const std::string& ptx) {
+    for (const char* op :
+         {"div.s32", "div.u32", "rem.s32", "rem.u32", "div.s64", "div.u64", "rem.s64", "rem.u64"}) {
+      if (ptx.find(op) != std::string::npos) return true;
+    }
+    return false;
+  };
+  PointwiseSpec plain = fused_chain(IndexMode::Strided, false);
+  plain.tuning.pw_fast_divisors = 0;
+  const auto outcomes =
+      compile_all({{"fast divisors", emit_pointwise(fused_chain(IndexMode::Strided, false))},
+                   {"plain division", emit_pointwise(plain)},
+                   {"index64", emit_pointwise(fused_chain(IndexMode::Strided, true))}});
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok() && outcomes[2].ok());
+  EXPECT_FALSE(divides(outcomes[0].kernel->image));
+  EXPECT_NE(outcomes[0].kernel->image.find("mul.hi.u32"), std::string::npos);
+  EXPECT_TRUE(divides(outcomes[1].kernel->image));
+  EXPECT_TRUE(divides(outcomes[2].kernel->image));
+  const EmittedKernel plain_kernel = emit_pointwise(plain);
+  for (const auto& p : plain_kernel.entries[0].params) EXPECT_NE(p.name, "shape_div");
 }
 
 // Note [Vectors beside strided inputs]: a broadcast input alone keeps the

@@ -87,8 +87,8 @@ TEST(CodegenCastGroup, EntryTakesTheTableByValue) {
 TEST(CodegenCastGroup, ValidateExplainsRejections) {
   CastGroupSpec spec;
   EXPECT_NE(validate(spec).find("at least one"), std::string::npos);
-  spec.pairs = {{DType::Float32, DType::Float32}};
-  EXPECT_NE(validate(spec).find("to itself"), std::string::npos);
+  spec.pairs = {{DType::Float32, DType::Float32}};  // a copy (Note [Grouped layout copies])
+  EXPECT_EQ(validate(spec), "");
   spec.pairs = {{DType::Int32, DType::Float32}};
   EXPECT_NE(validate(spec).find("floating"), std::string::npos);
   spec.pairs = {{DType::Float32, DType::Float16}, {DType::Float32, DType::Float16}};
@@ -100,6 +100,26 @@ TEST(CodegenCastGroup, ValidateExplainsRejections) {
   EXPECT_EQ(validate(spec), "");
   spec.pairs.clear();
   EXPECT_THROW(emit_cast_group(spec), InternalError);
+}
+
+// Note [Grouped layout copies]: a group with layout copies emits their path
+// for every pair, copies that keep the dtype included; the others do not.
+TEST(CodegenCastGroup, LayoutCopiesHaveTheirOwnPath) {
+  CastGroupSpec spec;
+  spec.pairs = {{DType::BFloat16, DType::BFloat16}, {DType::Float32, DType::BFloat16}};
+  const std::string plain = emit_cast_group(spec).source;
+  EXPECT_EQ(plain.find("layout_copy_entry"), std::string::npos) << plain;
+  spec.layout_copies = true;
+  EXPECT_EQ(spec.to_string(), "cast_group pairs=bf16->bf16,f32->bf16 threads=256 layout_copies\n");
+  const EmittedKernel kernel = emit_cast_group(spec);
+  EXPECT_NE(kernel.source.find("mb::layout_copy_entry<mb::bf16, mb::bf16"), std::string::npos)
+      << kernel.source;
+  const auto outcomes = compile_all({spec});
+  ASSERT_TRUE(outcomes[0].ok());
+  const std::string& ptx = outcomes[0].kernel->image;
+  // Stores stay 16-byte vectors; the reads are strided elements.
+  EXPECT_TRUE(has(ptx, k16ByteStore)) << ptx;
+  EXPECT_FALSE(has(ptx, kLocalMemory)) << ptx;
 }
 
 }  // namespace

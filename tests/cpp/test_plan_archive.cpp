@@ -169,6 +169,21 @@ void weight_into_channels_last(GraphBuilder& b) {
   b.set_outputs({v(node1(b, "aten::clone.default", {v(cast)}, nchw(BF16, sizes, true), "clone"))});
 }
 
+// bf16 inference's weight copies: a 1x1 weight's copy keeps the element
+// order, two 3x3 weights' copies transpose; one cast group with layout copies
+// (Note [Grouped layout copies]).
+void weight_copies(GraphBuilder& b) {
+  const std::vector<std::vector<std::int64_t>> shapes = {
+      {16, 8, 1, 1}, {16, 8, 3, 3}, {8, 8, 3, 3}};
+  std::vector<ValueId> inputs;
+  for (const auto& sizes : shapes) inputs.push_back(b.add_input(out(tensor(BF16, sizes), "w")));
+  std::vector<Argument> outputs;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    outputs.push_back(
+        v(node1(b, "aten::clone.default", {v(inputs[k])}, nchw(BF16, shapes[k], true), "clone")));
+  b.set_outputs(outputs);
+}
+
 struct NamedGraph {
   const char* name;
   std::function<void(GraphBuilder&)> build;
@@ -197,6 +212,7 @@ std::vector<NamedGraph> graphs() {
       {"stem_pool", [](GraphBuilder& b) { stem_pool(b, StemOptions{}); }},
       {"stem_pool_backward", [](GraphBuilder& b) { stem_pool_backward(b, BackwardOptions{}); }},
       {"weight_into_channels_last", weight_into_channels_last},
+      {"weight_copies", weight_copies},
   };
 }
 
@@ -243,8 +259,14 @@ std::string printed(const CorePlan& plan) {
         }
         text += "\n";
       }
-      if (const auto* g = group.get<CastGroup>())
-        for (const auto& single : g->singles) text += single->spec.to_string();
+      if (const auto* g = group.get<CastGroup>()) {
+        for (std::size_t k = 0; k < g->singles.size(); ++k) {
+          if (g->singles[k]) text += g->singles[k]->spec.to_string();
+          if (const auto& copy = g->layout_copies[k])
+            text += copy->spec.to_string() + " " + std::to_string(copy->input) + " -> " +
+                    std::to_string(copy->output) + "\n";
+        }
+      }
     }
   }
   const PartitionResult& r = plan.partitions;

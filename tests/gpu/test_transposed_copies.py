@@ -3,8 +3,9 @@ against ATen's copy.
 
 A clone into channels-last and back, and autocast's cast before a weight's
 copy, run as one generated tiled kernel each, equal to eager's copy bit for
-bit (strides included) for odd sizes and every float dtype; a convolution's
-weight, input and output copies run so inside a compiled model; a call whose
+bit (strides included) for odd sizes and every float dtype; inside a
+compiled model a convolution's output copy runs so (its weight and input
+copies join a cast group); a call whose
 input has other strides than compiled runs ATen's copy; with the eager floor
 the copy is timed against its ATen form; a CUDA graph replays it.
 """
@@ -180,9 +181,11 @@ def test_a_pointwise_weight_is_not_reordered() -> None:
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "autocast_bf16"])
 def test_a_convolutions_copies_run_tiled_in_a_compiled_model(autocast: bool) -> None:
     """The channels-last plan (Note [Channels-last planning]) copies the
-    weight and the input into channels-last and the output back: three
-    tiled copies (with autocast's casts inside), no fallback, and the
-    model's result is eager's up to cuDNN's choice of kernels."""
+    weight and the input into channels-last and the output back. The first
+    two read graph inputs only and share one cast-group launch as layout
+    copies (Note [Grouped layout copies]); the output's is a tiled copy (with
+    autocast's casts inside); no fallback, and the model's result is eager's
+    up to cuDNN's choice of kernels."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(17, 33, 7, padding=3), nn.ReLU()).cuda().eval()
     x = torch.randn(2, 17, 20, 20, device="cuda")
@@ -197,19 +200,17 @@ def test_a_convolutions_copies_run_tiled_in_a_compiled_model(autocast: bool) -> 
     torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
     assert got.stride() == want.stride()
     (record,) = [r for r in records if r.compiled is not None]
-    copies = _transposes(record.compiled.report())
-    whys = " | ".join(k["why"] for k in copies)
-    for view in (
-        "33 x [17, 49] into 33 x [49, 17]",  # the weight
-        "2 x [17, 400] into 2 x [400, 17]",  # the input
-        "2 x [400, 33] into 2 x [33, 400]",  # the output, back to NCHW
-    ):
-        assert view in whys, whys
-    assert all(k["compiled"] is True and not k["problem"] for k in copies), copies
-    if autocast:
-        assert "cast f32->bf16" in whys, whys
+    report = record.compiled.report()
+    (copy,) = _transposes(report)
+    assert "2 x [400, 33] into 2 x [33, 400]" in copy["why"], copy["why"]  # the output, back
+    assert copy["compiled"] is True and not copy["problem"], copy
+    (group,) = [k for k in report["kernels"] if k["kind"] == "cast_group"]
+    assert "2 change layout" in group["why"], group["why"]
+    # Autocast's casts of the weight and the input ride in their layout copies.
+    assert ("pairs=f32->bf16" in group["spec"]) == autocast, group["spec"]
     stats = record.compiled.stats()
-    assert stats["generated_transposes_run"] == len(copies), stats
+    assert stats["generated_transposes_run"] == 1, stats
+    assert stats["generated_cast_groups_run"] == 1, stats
     assert stats["generated_kernel_fallbacks"] == 0, stats
     assert stats["conv_groups_run"] == 1, stats
 

@@ -338,18 +338,20 @@ def _cast_to_channels_last(*weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(w.to(torch.bfloat16).clone(memory_format=torch.channels_last) for w in weights)
 
 
-def test_weight_casts_with_order_keeping_layout_copies_share_one_kernel() -> None:
+def test_weight_casts_with_layout_copies_share_one_kernel() -> None:
     """Note [Copies beside a cast]: 1x1 weights list their elements in the
     same order in both layouts and join the group with their copies; a 3x3
-    weight's copy moves elements and stays a kernel of its own, a tiled
-    copy (Note [Tiled transposing copies])."""
+    weight's cast and copy moves elements and joins as a layout copy (Note
+    [Grouped layout copies]): one kernel for all three."""
     shapes = ((64, 32, 1, 1), (16, 8, 1, 1), (16, 8, 3, 3))
     kernels = _kernels(_cast_to_channels_last, *((shape, F32) for shape in shapes))
     groups = [k for k in kernels if k["kind"] == "cast_group"]
     assert len(groups) == 1, kernels
-    assert len(groups[0]["nodes"]) == 4  # two casts, two copies
+    assert len(groups[0]["nodes"]) == 6  # three casts, three copies
     assert "Copies beside a cast" in groups[0]["why"]
-    assert [k["kind"] for k in kernels if k not in groups] == ["transpose"], kernels
+    assert "1 change layout (Note [Grouped layout copies])" in groups[0]["why"]
+    assert "layout_copies" in groups[0]["spec"]
+    assert [k for k in kernels if k not in groups] == [], kernels
 
 
 def test_autocast_forward_casts_its_parameters_in_one_kernel() -> None:

@@ -34,13 +34,12 @@ def _autocast_weight(w: torch.Tensor) -> torch.Tensor:
 def _transposes(
     fn: Callable[..., Any] | torch.fx.GraphModule, *examples: torch.Tensor, **options: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The transpose groups of fn on fake CUDA (each with its ops), and all groups."""
+    """The transpose groups of fn on fake CUDA, and all groups (each with its ops)."""
     gm = fn if isinstance(fn, torch.fx.GraphModule) else _on_fake_cuda(fn, *examples)
     kernels, ops = _kernels(gm, **{"generated_kernels": True, **options})
-    found = [k for k in kernels if k["kind"] == "transpose"]
-    for k in found:
+    for k in kernels:
         k["ops"] = [ops[n] for n in k["nodes"]]
-    return found, kernels
+    return [k for k in kernels if k["kind"] == "transpose"], kernels
 
 
 def test_a_weight_into_channels_last_is_a_compiled_tiled_copy() -> None:
@@ -78,19 +77,23 @@ def test_activations_between_layouts(to_channels_last: bool) -> None:
     assert copy["compiled"] is True, copy
 
 
-def test_the_channels_last_plans_copies_are_tiled() -> None:
-    """The layout pass's copies of a convolution's weight and input."""
+def test_the_channels_last_plans_copies_are_grouped() -> None:
+    """The layout pass's copies of a convolution's weight and input read
+    graph inputs only: one cast group of two layout copies (Note [Grouped
+    layout copies]); a lone one is a tiled copy (next test)."""
     conv = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU()).to(BF16).eval()
     gm = _inference(conv, torch.randn(2, 8, 10, 10, dtype=BF16))
     cuda_gm = _on_fake_cuda(gm, *_graph_inputs(gm))
     planned, copies = plan_channels_last(cuda_gm, _graph_inputs(cuda_gm), every_region=True)
     assert copies == 2
     transposes, kernels = _transposes(planned)
-    assert [k["ops"] for k in transposes] == [["aten::clone.default"]] * 2, kernels
-    whys = sorted(k["why"] for k in transposes)
-    assert "16 x [8, 9] into 16 x [9, 8]" in whys[0], whys  # the weight
-    assert "2 x [8, 100] into 2 x [100, 8]" in whys[1], whys  # the input
-    assert all(k["compiled"] is True for k in transposes), transposes
+    assert transposes == [], kernels
+    (group,) = [k for k in kernels if k["kind"] == "cast_group"]
+    assert group["ops"] == ["aten::clone.default"] * 2, group
+    assert "2 change layout (Note [Grouped layout copies])" in group["why"], group["why"]
+    assert group["spec"].startswith("cast_group pairs=bf16->bf16 "), group["spec"]
+    assert "layout_copies" in group["spec"], group["spec"]
+    assert group["compiled"] is True, group
     assert "conv" in [k["kind"] for k in kernels]
 
 

@@ -159,4 +159,13 @@ struct Dims {
   long long d[R];
 };
 
+// floor(n / d) for 0 <= n < 2^31, from d's packed multiplier and shift
+// (Note [Divisors as multipliers] in runtime/fast_divisors.h).
+__device__ __forceinline__ int fast_div(int n, long long packed) {
+  const unsigned m = static_cast<unsigned>(static_cast<unsigned long long>(packed) >> 32);
+  const unsigned s = static_cast<unsigned>(packed) & 31u;
+  const unsigned u = static_cast<unsigned>(n);
+  return static_cast<int>((__umulhi(u, m) + u) >> s);
+}
+
 }  // namespace mb

@@ -1,7 +1,8 @@
-// Cast groups at run time (Note [Grouped casts] in fusion/cast_groups.h):
-// the members whose tensors fit the multi-tensor kernel go into its tables,
-// one launch per kCastTableSize of them; each other member runs its own
-// one-cast pointwise kernel for this call.
+// Cast groups at run time (Note [Grouped casts] and Note [Grouped layout
+// copies] in fusion/cast_groups.h): the members whose tensors fit the
+// multi-tensor kernel go into its tables, one launch per kCastTableSize of
+// them; each other member runs its own one-cast pointwise kernel, or its
+// tiled transposing copy, for this call.
 #include "runtime/generated/kernel_launch.h"
 
 #ifdef MYBACKEND_WITH_CUDA
@@ -13,6 +14,7 @@
 #include "codegen/device/mb_cast_table.cuh"
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "fusion/transposed_copies.h"
 
 namespace mybackend {
 namespace {
@@ -21,7 +23,8 @@ constexpr std::int64_t kMaxTableBlocks = std::numeric_limits<int>::max();
 
 class CastGroupKernel final : public GroupKernel<CastGroup> {
  public:
-  // variants: the cast-group kernel alone; singles: one runner per member.
+  // variants: the cast-group kernel alone; singles: one runner per member
+  // (CastGroup::singles or CastGroup::layout_copies).
   CastGroupKernel(const Graph& graph, std::shared_ptr<const CastGroup> group,
                   std::vector<Variant> variants, std::string target,
                   std::vector<std::unique_ptr<GeneratedKernel>> singles)
@@ -31,7 +34,7 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
     const KernelEntry& entry = variants_.at(0).kernel.entries.at(0);
     MB_ASSERT(entry.params.size() == 1 && entry.params[0].size_bytes() == sizeof(mb::CastTable),
               "a cast-group kernel takes one CastTable");
-    MB_ASSERT(singles_.size() == group_->inputs.size(), "one single-cast kernel per member");
+    MB_ASSERT(singles_.size() == group_->inputs.size(), "one lone runner per member");
     chunk_ = static_cast<std::int64_t>(entry.block_x) * entry.elements_per_thread;
   }
 
@@ -41,7 +44,8 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
     const CastGroup& g = *group_;
     const std::size_t n = g.inputs.size();
     std::vector<at::Tensor> inputs(n);
-    std::vector<std::vector<std::int64_t>> shapes(n);
+    std::vector<std::vector<std::int64_t>> shapes(n), out_strides(n);
+    std::vector<std::pair<std::int64_t, std::int64_t>> layout(n, {0, 0});  // table a, b
     std::vector<std::size_t> grouped, alone;
     std::optional<c10::Device> device;
     std::string why;
@@ -53,12 +57,24 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
       if (device && t->device() != *device) return fail("inputs on different devices");
       device = t->device();
       auto shape = evaluate_dims(graph_.value(g.outputs[k]).tensor.sizes, bindings);
-      if (!shape) return fail("a size of an output depends on an unbound symbol");
-      const bool fits = t->is_contiguous() && t->sizes() == c10::IntArrayRef(*shape) &&
-                        (t->numel() + chunk_ - 1) / chunk_ <= kMaxTableBlocks;
+      auto strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
+      if (!shape || !strides)
+        return fail("a size or stride of an output depends on an unbound symbol");
+      bool fits = t->sizes() == c10::IntArrayRef(*shape) &&
+                  (t->numel() + chunk_ - 1) / chunk_ <= kMaxTableBlocks;
+      if (g.layout_copies[k]) {
+        const std::vector<std::int64_t> in_strides(t->strides().begin(), t->strides().end());
+        const auto e = fits ? dense_layout_copy(*g.layout_copies[k], *shape, in_strides, *strides)
+                            : std::nullopt;
+        fits = e.has_value();
+        if (fits) layout[k] = *e;
+      } else {
+        fits = fits && t->is_contiguous();
+      }
       (fits ? grouped : alone).push_back(k);
       inputs[k] = *t;
       shapes[k] = std::move(*shape);
+      out_strides[k] = std::move(*strides);
     }
     // Before the grouped launch, so that a member declining sends the whole
     // group to its ATen calls with nothing launched twice.
@@ -68,19 +84,17 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
     }
     if (!alone.empty()) {
       note(std::to_string(alone.size()) + " of " + std::to_string(n) +
-           " casts ran alone: an input is not contiguous or not of the planned shape");
+           " members ran alone: an input is not of the planned shape or layout");
     }
     if (grouped.empty()) return true;
     c10::cuda::CUDAGuard guard(*device);
     std::vector<at::Tensor> outputs(n);
     for (std::size_t k : grouped) {
-      const auto strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
-      if (!strides) return fail("a stride of an output depends on an unbound symbol");
       const auto dtype =
           static_cast<c10::ScalarType>(g.spec.pairs[static_cast<std::size_t>(g.pairs[k])].to);
-      outputs[k] = planned.empty_strided(g.outputs[k], shapes[k], *strides,
+      outputs[k] = planned.empty_strided(g.outputs[k], shapes[k], out_strides[k],
                                          inputs[k].options().dtype(dtype));
-      if (!outputs[k].is_contiguous())
+      if (!g.layout_copies[k] && !outputs[k].is_contiguous())
         return fail("output " + std::to_string(k) + " is not contiguous");
     }
     const int device_index = device->index();
@@ -99,6 +113,8 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
       table.dst[t] = outputs[k].data_ptr();
       table.numel[t] = numel;
       table.pair[t] = static_cast<unsigned char>(g.pairs[k]);
+      table.a[t] = static_cast<int>(layout[k].first);
+      table.b[t] = static_cast<int>(layout[k].second);
       table.first_block[t + 1] = table.first_block[t] + static_cast<int>(blocks);
       table.count = t + 1;
     }
@@ -117,7 +133,25 @@ class CastGroupKernel final : public GroupKernel<CastGroup> {
     launch_on_stream(l, l.functions[0], blocks, entry, args, device_index);
   }
 
-  std::vector<std::unique_ptr<GeneratedKernel>> singles_;  // CastGroup::singles, compiled
+  // The table's a and b of a layout copy whose tensors are dense in its
+  // planned [batch, a, b] and [batch, b, a] views (Note [Grouped layout
+  // copies]); nullopt otherwise.
+  static std::optional<std::pair<std::int64_t, std::int64_t>> dense_layout_copy(
+      const TransposeGroup& copy, const std::vector<std::int64_t>& sizes,
+      const std::vector<std::int64_t>& in_strides, const std::vector<std::int64_t>& out_strides) {
+    const std::optional<TransposeExtents> e =
+        transpose_extents(copy, sizes, in_strides, out_strides);
+    if (!e || e->a >= kIndex32Limit || e->b >= kIndex32Limit) return std::nullopt;
+    const std::int64_t plane = e->a * e->b;
+    const bool batch_dense =
+        e->batch == 1 || (e->in_strides[0] == plane && e->out_strides[0] == plane);
+    if (!batch_dense || e->in_strides[1] != e->b || e->in_strides[2] != 1 ||
+        e->out_strides[1] != 1 || e->out_strides[2] != e->a)
+      return std::nullopt;
+    return std::make_pair(e->a, e->b);
+  }
+
+  std::vector<std::unique_ptr<GeneratedKernel>> singles_;  // each member's lone runner, compiled
   std::int64_t chunk_ = 0;                                 // elements one block converts
 };
 
@@ -132,8 +166,9 @@ KernelBuild cast_group_build(const Graph& graph, std::shared_ptr<const CastGroup
   build.compiled_now = 1;
   std::vector<KernelBuild> singles;
   std::vector<std::size_t> first, count;
-  for (const auto& single : group->singles) {
-    KernelBuild own = pointwise_build(graph, single);
+  for (std::size_t k = 0; k < group->singles.size(); ++k) {
+    KernelBuild own = group->layout_copies[k] ? transpose_build(graph, group->layout_copies[k])
+                                              : pointwise_build(graph, group->singles[k]);
     first.push_back(build.kernels.size());
     count.push_back(own.kernels.size());
     for (EmittedKernel& kernel : own.kernels) build.kernels.push_back(std::move(kernel));

@@ -13,6 +13,7 @@
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
 #include "runtime/coalesced_dims.h"
+#include "runtime/fast_divisors.h"
 
 namespace mybackend {
 namespace {
@@ -40,7 +41,10 @@ bool dense_strides(const std::vector<std::int64_t>& shape,
 // Which of a call's tensors (inputs, then outputs) each parameter of an
 // entry names: "in3" / "stride_in3" -> 3, "out1" -> inputs + 1; for a
 // scalar argument "scalar2" its position in the spec's scalars, 2; -1 for
-// numel and the shape. Parsed once per variant, not per launch.
+// numel and the shape, kShapeDivisors for the shape's divisors. Parsed once
+// per variant, not per launch.
+constexpr int kShapeDivisors = -2;
+
 std::vector<int> parameter_tensors(const KernelEntry& entry, std::size_t n_inputs) {
   std::vector<int> out;
   out.reserve(entry.params.size());
@@ -55,6 +59,10 @@ std::vector<int> parameter_tensors(const KernelEntry& entry, std::size_t n_input
     }
     if (p.name == "shape") {
       out.push_back(-1);
+      continue;
+    }
+    if (p.name == "shape_div") {
+      out.push_back(kShapeDivisors);
       continue;
     }
     const std::string base = p.name.rfind("stride_", 0) == 0 ? p.name.substr(7) : p.name;
@@ -173,6 +181,10 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
           args.set_int(i, numel);
           break;
         case KernelParam::Kind::Dims:
+          if (t == kShapeDivisors) {  // Note [Divisors as multipliers]
+            args.set_dims(i, packed_divisors(shape));
+            break;
+          }
           args.set_dims(i, t < 0 ? shape : strides[static_cast<std::size_t>(t)]);
           break;
         case KernelParam::Kind::Float64:  // Note [Scalars as kernel arguments]
