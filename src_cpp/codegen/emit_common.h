@@ -80,6 +80,9 @@ struct OffsetTensor {
   std::string strides;     // the mb::Dims<rank> holding its strides
   int rank = 0;
 };
+// Per instruction of `spec`: true when only continuous ops read its value on
+// the way to the stores (Note [Smooth divisions] in emit_common.cpp).
+std::vector<bool> smooth_values(const PointwiseSpec& spec);
 // Statements that set every tensor's offset from the linear index `linear`
 // of an iteration space of rank `rank` whose sizes are in `shape`. With
 // `divisors` (a Dims parameter of packed multipliers and shifts, 32-bit

@@ -47,7 +47,7 @@ struct Layout {
 // A strided input whose innermost stride is 1 at run time (a per-channel
 // tensor beside channels-last activations) is read as one vector when its
 // address allows, and one with stride 0 (a broadcast scalar) once
-// (mb::load_strided_vector): a training batch norm's backward reads five
+// (mb::issue_strided): a training batch norm's backward reads five
 // per-channel tensors, 40 scalar loads per vector of eight elements
 // otherwise.
 
@@ -181,6 +181,13 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
     if (used[k] && t.mode == IndexMode::Strided)
       strided.push_back({"off_" + n, "stride_" + n, t.rank});
   }
+  // Every load is issued before any is used (Note [Strided loads issued
+  // together] in mb_vector_io.cuh).
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (!used[k] || spec.inputs[k].mode != IndexMode::Strided) continue;
+    src << "      mb::StridedRaw<VEC, " << storage_type(spec.inputs[k].dtype) << "> raw"
+        << std::to_string(k) << ";\n";
+  }
   if (!strided.empty()) {
     src << "      if (v < nvec) {\n"
         << emit::strided_offsets(strided, spec.rank, "shape", "v * VEC", "        ",
@@ -193,18 +200,10 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
     const std::string inner =
         t.rank > 0 ? "static_cast<I>(stride_in" + n + ".d[" + std::to_string(t.rank - 1) + "])"
                    : "I(0)";
-    src << "        mb::load_strided_vector<VEC>(in" << n << " + off_in" << n << ", " << inner
-        << ", x" << n << "[u]);\n";
+    src << "        mb::issue_strided<VEC>(in" << n << " + off_in" << n << ", " << inner << ", raw"
+        << n << ");\n";
   }
-  if (!strided.empty()) {
-    src << "      } else {\n";
-    for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-      if (!used[k] || spec.inputs[k].mode != IndexMode::Strided) continue;
-      src << "        for (int k = 0; k < VEC; ++k) x" << std::to_string(k)
-          << "[u][k] = " << compute_type(spec.inputs[k].dtype) << "(0);\n";
-    }
-    src << "      }\n";
-  }
+  if (!strided.empty()) src << "      }\n";
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (used[k] && spec.inputs[k].mode == IndexMode::Strided) continue;
     const std::string n = std::to_string(k);
@@ -213,6 +212,13 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
     src << "      if (" << (used[k] ? "v < nvec" : "false") << ") mb::load_compute<VEC>(in" << n
         << " + v * VEC, x" << n << "[u]);\n"
         << "      else for (int k = 0; k < VEC; ++k) x" << n << "[u][k] = " << ct << "(0);\n";
+  }
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (!used[k] || spec.inputs[k].mode != IndexMode::Strided) continue;
+    const std::string n = std::to_string(k);
+    src << "      if (v < nvec) mb::finish_strided(raw" << n << ", x" << n << "[u]);\n"
+        << "      else for (int k = 0; k < VEC; ++k) x" << n
+        << "[u][k] = " << compute_type(spec.inputs[k].dtype) << "(0);\n";
   }
   src << "    }\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {

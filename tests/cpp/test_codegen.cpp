@@ -15,6 +15,7 @@
 #include "codegen/compile_pool.h"
 #include "codegen/device_sources.h"
 #include "codegen/emit.h"
+#include "codegen/emit_common.h"
 #include "codegen/nvrtc.h"
 #include "common/error.h"
 #include "common/hash.h"
@@ -277,6 +278,40 @@ TEST(CodegenPointwise, AlignedTensorsBesideABroadcastStayVectorized) {
   ASSERT_TRUE(outcomes[0].ok());
   EXPECT_TRUE(has_16_byte_access(outcomes[0].kernel->image, "ld"));
   EXPECT_TRUE(has_16_byte_access(outcomes[0].kernel->image, "st"));
+}
+
+// Note [Smooth divisions]: y = x / s (rounded to `stored`), or floor(x / s).
+PointwiseSpec divided(DType stored, bool floored) {
+  PointwiseSpec spec;
+  spec.inputs = {tensor(DType::BFloat16, IndexMode::Aligned, 0)};
+  spec.scalars = {PwScalar{DType::Float32, true, 6.0, 0}};
+  spec.instrs = {{PwOp::Load, DType::BFloat16, {}, 0},
+                 {PwOp::Cast, DType::Float32, {0}, -1},
+                 {PwOp::Scalar, DType::Float32, {}, 0},
+                 {PwOp::Div, DType::Float32, {1, 2}, -1}};
+  if (floored) spec.instrs.push_back({PwOp::Floor, DType::Float32, {3}, -1});
+  spec.instrs.push_back({PwOp::Cast, stored, {floored ? 4 : 3}, -1});
+  spec.outputs = {
+      {tensor(stored, IndexMode::Aligned, 0), static_cast<int>(spec.instrs.size() - 1)}};
+  return spec;
+}
+
+TEST(CodegenPointwise, SmoothDivisionsAreApproximateOnlyFor16BitStores) {
+  const PointwiseSpec bf16 = divided(DType::BFloat16, false);
+  EXPECT_EQ(emit::smooth_values(bf16), (std::vector<bool>{true, true, true, true, true}));
+  const PointwiseSpec floored = divided(DType::BFloat16, true);
+  EXPECT_EQ(emit::smooth_values(floored),
+            (std::vector<bool>{false, false, false, false, true, true}));
+  const auto outcomes = compile_all({{"bf16 store", emit_pointwise(bf16)},
+                                     {"f32 store", emit_pointwise(divided(DType::Float32, false))},
+                                     {"floored", emit_pointwise(floored)}});
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok() && outcomes[2].ok());
+  EXPECT_NE(outcomes[0].kernel->image.find("div.full.f32"), std::string::npos);
+  EXPECT_EQ(outcomes[0].kernel->image.find("div.rn.f32"), std::string::npos);
+  EXPECT_NE(outcomes[1].kernel->image.find("div.rn.f32"), std::string::npos);
+  EXPECT_EQ(outcomes[1].kernel->image.find("div.full.f32"), std::string::npos);
+  EXPECT_NE(outcomes[2].kernel->image.find("div.rn.f32"), std::string::npos);
+  EXPECT_EQ(outcomes[2].kernel->image.find("div.full.f32"), std::string::npos);
 }
 
 TEST(CodegenPointwise, Index64AndCubin) {

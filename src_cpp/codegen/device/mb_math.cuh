@@ -16,7 +16,8 @@
 //    silu are __fdividef (2 ulps): both far below fp16's 2^-11 rounding.
 // 2: every stored tensor is bf16 (2^-8 rounding): tanh is tanh.approx.f32
 //    (relative error below 2^-10.9), which fp16 results could notice.
-// fp32/fp64 results always get the IEEE forms; so do explicit divisions.
+// fp32/fp64 results always get the IEEE forms; so do explicit divisions,
+// except smooth ones (smooth_div below).
 #ifndef MB_APPROX_MATH
 #define MB_APPROX_MATH 0
 #endif
@@ -75,6 +76,22 @@ __device__ __forceinline__ F activation_div(F a, F b) {
 template <>
 __device__ __forceinline__ float activation_div<float>(float a, float b) {
   return ::__fdividef(a, b);
+}
+#endif
+
+// a / b where only continuous ops read the quotient before a store (the
+// emitter decides: Note [Smooth divisions] in codegen/emit_common.cpp); with
+// MB_APPROX_MATH >= 1, PTX div.full.f32 (2 ulps, full range).
+template <class F>
+__device__ __forceinline__ F smooth_div(F a, F b) {
+  return a / b;
+}
+#if MB_APPROX_MATH >= 1
+template <>
+__device__ __forceinline__ float smooth_div<float>(float a, float b) {
+  float q;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
+  return q;
 }
 #endif
 
