@@ -202,9 +202,9 @@ class Options:
         "call with its backward) on its first calls (alternating, about 16 calls) and run "
         "the faster from then on, so that a compiled graph is never slower than eager; "
         "the choice is kept in the kernel cache folder "
-        "for later processes; and time each cuDNN convolution and tiled transposing copy "
-        "against its ATen form on its first call, running the faster, that choice kept "
-        "there too "
+        "for later processes; and time each cuDNN convolution, tiled transposing copy "
+        "and cast group against its ATen form on its first call, running the faster, that "
+        "choice kept there too "
         "(docs/design/0010-eager-floor.md).",
     )
     warm_start: bool = _field(
