@@ -49,8 +49,7 @@ EmittedKernel emit_cast_group(const CastGroupSpec& spec) {
     // Note [Grouped layout copies]: only groups with such members emit them.
     if (spec.layout_copies) {
       src << "        if (table.b[t] != 0) {\n"
-          << "          mb::layout_copy_entry<" << from << ", " << to
-          << ", PER_THREAD>(table, t, start, n);\n"
+          << "          mb::layout_copy_entry<" << from << ", " << to << ">(table, t, start, n);\n"
           << "          break;\n"
           << "        }\n";
     }

@@ -66,14 +66,14 @@ __device__ __forceinline__ void cast_chunk(const S* __restrict__ src, D* __restr
     dst[i] = from_compute<D>(to_compute(src[i]));
 }
 
-// Writes dst elements [start, start + n) (n <= blockDim.x * PER_THREAD) of a
+// Writes dst elements [start, start + n) (n at most a chunk) of a
 // layout copy: dst, dense [batch, b, a], takes src, dense [batch, a, b]
 // (Note [Grouped layout copies] in fusion/cast_groups.h). Element j of dst
 // is (k, s, c) with j = (k b + s) a + c, read from (k a + c) b + s. A
 // thread stores VEC consecutive c at once when a row of a holds whole
 // vectors and dst is aligned; it reads them at stride b, from lines the
 // block's other rows s also read. I is 32-bit when the tensor allows.
-template <class S, class D, int PER_THREAD, class I>
+template <class S, class D, class I>
 __device__ __forceinline__ void layout_copy_chunk(const S* __restrict__ src, D* __restrict__ dst,
                                                   I start, int n, I a, I b) {
   enum : int { VEC = CastVec<S, D>::kVec };
@@ -104,17 +104,17 @@ __device__ __forceinline__ void layout_copy_chunk(const S* __restrict__ src, D* 
 }
 
 // A table entry's layout copy, in 32-bit index math when its tensor fits.
-template <class S, class D, int PER_THREAD>
+template <class S, class D>
 __device__ __forceinline__ void layout_copy_entry(const CastTable& table, int t, long long start,
                                                   int n) {
   const S* src = static_cast<const S*>(table.src[t]);
   D* dst = static_cast<D*>(table.dst[t]);
   if (table.numel[t] <= 0x7fffffffLL) {
-    layout_copy_chunk<S, D, PER_THREAD, unsigned>(src, dst, static_cast<unsigned>(start), n,
-                                                  static_cast<unsigned>(table.a[t]),
-                                                  static_cast<unsigned>(table.b[t]));
+    layout_copy_chunk<S, D, unsigned>(src, dst, static_cast<unsigned>(start), n,
+                                      static_cast<unsigned>(table.a[t]),
+                                      static_cast<unsigned>(table.b[t]));
   } else {
-    layout_copy_chunk<S, D, PER_THREAD, long long>(src, dst, start, n, table.a[t], table.b[t]);
+    layout_copy_chunk<S, D, long long>(src, dst, start, n, table.a[t], table.b[t]);
   }
 }
 
