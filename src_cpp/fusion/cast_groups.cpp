@@ -11,18 +11,12 @@
 
 namespace mybackend {
 
-namespace {
-
-// A copy that keeps the dtype: clone (any memory format), or _to_copy to
-// the same dtype.
 bool same_dtype_copy(const Graph& graph, const Node& node) {
   if (node.op != "aten::clone.default" && node.op != "aten::_to_copy.default") return false;
   if (node.args.empty() || node.args[0].kind != Argument::Kind::Value || node.outputs.size() != 1)
     return false;
   return graph.value(node.args[0].value).tensor.dtype == graph.value(node.outputs[0]).tensor.dtype;
 }
-
-}  // namespace
 
 bool groupable_cast(const Graph& graph, const std::vector<NodeId>& nodes,
                     const PointwiseGroup& single) {
@@ -58,9 +52,12 @@ bool groupable_layout_copy(const TransposeGroup& copy) {
   return true;
 }
 
+ValueId CastMember::input() const { return single ? single->inputs[0] : layout_copy->input; }
+
+ValueId CastMember::output() const { return single ? single->outputs[0] : layout_copy->output; }
+
 std::int64_t output_bytes(const Graph& graph, const CastMember& member) {
-  const ValueId out = member.single ? member.single->outputs[0] : member.layout_copy->output;
-  const TensorType& t = graph.value(out).tensor;
+  const TensorType& t = graph.value(member.output()).tensor;
   std::int64_t numel = 1;
   for (const Dim& d : t.sizes) {
     if (!d.is_static()) return 0;
@@ -113,8 +110,7 @@ std::shared_ptr<const CastGroup> build_cast_group(const Graph& graph,
   // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).
   group->spec.threads = LaunchTuning{}.pw_block;
   for (const CastMember& member : members) {
-    const ValueId in = member.single ? member.single->inputs[0] : member.layout_copy->input;
-    const ValueId out = member.single ? member.single->outputs[0] : member.layout_copy->output;
+    const ValueId in = member.input(), out = member.output();
     const CastPair pair{graph.value(in).tensor.dtype, graph.value(out).tensor.dtype};
     auto& pairs = group->spec.pairs;
     auto it = std::find_if(pairs.begin(), pairs.end(), [&](const CastPair& p) {

@@ -126,7 +126,14 @@ bool groupable_layout_copy(const TransposeGroup& copy);
 struct CastMember {
   std::shared_ptr<const PointwiseGroup> single;
   std::shared_ptr<const TransposeGroup> layout_copy;
+
+  ValueId input() const;
+  ValueId output() const;
 };
+
+// A clone, or a _to_copy to the same dtype: a copy that may join a cast group
+// (Note [Copies beside a cast], Note [Grouped layout copies]).
+bool same_dtype_copy(const Graph& graph, const Node& node);
 
 // Bytes of the member's output, 0 when a size is symbolic.
 std::int64_t output_bytes(const Graph& graph, const CastMember& member);

@@ -105,8 +105,7 @@ void merge_cast_units(const Graph& graph, const std::vector<std::vector<NodeId>>
       continue;
     }
     candidates.push_back(static_cast<int>(u));
-    const ValueId out = member.single ? member.single->outputs[0] : member.layout_copy->output;
-    keys.push_back(graph.value(out).tensor.device.str());
+    keys.push_back(graph.value(member.output()).tensor.device.str());
   }
   if (candidates.size() < 2) return;
   std::vector<bool> merged(units.size(), false);
@@ -663,9 +662,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
         refusals[n] = why.empty() ? "a lone elementwise op gains nothing from fusion" : why;
       }
       // Note [Grouped layout copies]: a lone copy may still join a cast group.
-      const Node& lone = graph_.node(nodes[0]);
-      if (nodes.size() == 1 &&
-          (lone.op == "aten::clone.default" || lone.op == "aten::_to_copy.default")) {
+      if (nodes.size() == 1 && same_dtype_copy(graph_, graph_.node(nodes[0]))) {
         std::string unused;
         auto copy = build_group(nodes, &unused);
         if (copy && groupable_cast(graph_, nodes, *copy)) {
