@@ -10,6 +10,9 @@ The model is GPT-2 small built from transformers' GPT2Config with random
 weights (``--tiny``: 2 layers of width 64), trained with AdamW on random
 tokens, each rank its own. Setups (``--setups``):
 
+  single    no wrapper: each rank trains its own model on its own GPU, with no
+            collective (the single-GPU speedup that DDP's is held to, measured
+            in the same run), bf16 autocast
   ddp       DistributedDataParallel, bf16 autocast
   fsdp2     fully_shard per transformer block and on the root, bf16 autocast
   fsdp2-mp  the same with MixedPrecisionPolicy(bf16 parameters, fp32 reduction)
@@ -59,7 +62,7 @@ from torch import nn
 from benchmarks.backends import REGISTRY
 from benchmarks.models import gpt2_config
 
-SETUPS = ("ddp", "fsdp2", "fsdp2-mp")
+SETUPS = ("single", "ddp", "fsdp2", "fsdp2-mp")
 DEFAULT_BACKENDS = ("eager", "inductor", "mybackend")
 
 
@@ -172,8 +175,11 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def wrap(model: LossModel, setup: str, device: str, bucket_cap_mb: float) -> nn.Module:
-    """DDP, or FSDP2 over each transformer block and the root."""
+    """DDP, FSDP2 over each transformer block and the root, or (single) the
+    model itself."""
     model = model.to(device)
+    if setup == "single":
+        return model
     if setup == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 

@@ -89,12 +89,6 @@ std::string hex16(std::uint64_t value) {
   return out;
 }
 
-int vector_width(const std::vector<DType>& dtypes) {
-  int narrowest = 16;
-  for (DType dtype : dtypes) narrowest = std::min(narrowest, dtype_size_bytes(dtype));
-  return std::min(8, 16 / std::max(narrowest, 1));
-}
-
 int approx_math_level(const std::vector<DType>& stored) {
   if (stored.empty()) return 0;
   bool all_bf16 = true, all_16 = true;
@@ -338,8 +332,7 @@ std::string body_function(const PointwiseSpec& spec, std::string_view name) {
     for (std::int32_t a : in.args) args.push_back("v" + std::to_string(a));
     const bool smooth_div = in.op == PwOp::Div && smooth[id] && is_floating(in.dtype);
     out << "  const " << compute_type(in.dtype) << " v" << std::to_string(id) << " = "
-        << (smooth_div ? wrapped(in.dtype, call("smooth_div", args))
-                       : instr_expr(spec, in, args))
+        << (smooth_div ? wrapped(in.dtype, call("smooth_div", args)) : instr_expr(spec, in, args))
         << ";  // " << pw_op_name(in.op) << (smooth_div ? " (Note [Smooth divisions])" : "")
         << "\n";
   }

@@ -28,8 +28,6 @@ std::string literal(DType dtype, double f, std::int64_t i);
 std::string cast_expr(DType from, DType to, const std::string& expr);
 
 std::string hex16(std::uint64_t value);
-// Elements per 16-byte access for the narrowest of `dtypes`, at most 8.
-int vector_width(const std::vector<DType>& dtypes);
 
 // MB_APPROX_MATH for a kernel whose stored tensors have `stored` dtypes
 // (Note [Approximate math for 16-bit results] in device/mb_math.cuh): 2 when

@@ -113,7 +113,7 @@ Names names_of(const NormSpec& spec) {
   // of x's width, a prologue's inputs by as many elements (a bool mask:
   // 8 bytes to bf16's 16); their fp32 results are per channel.
   if (is_channel_reduction(spec.kind)) dtypes = {spec.dtype};
-  n.vec = spec.aligned ? emit::vector_width(dtypes) : 1;
+  n.vec = spec.aligned ? pointwise_vector_width(dtypes) : 1;
   n.chunks = spec.tuning.norm_vec_per_thread;
   return n;
 }
@@ -386,7 +386,7 @@ std::string cross_entropy_entries(const NormSpec& spec, const Names& n, Entry& e
   e.int64("row_stride");
   if (!forward) e.int64("out_row_stride");
   e.int64("ignore_index", /*index=*/false);
-  const int vec = emit::vector_width({spec.dtype});
+  const int vec = pointwise_vector_width({spec.dtype});
   e.abi.elements_per_thread = vec;
   return e.write(
       std::string(forward ? "mb::cross_entropy_forward<" : "mb::cross_entropy_backward<") + n.t +

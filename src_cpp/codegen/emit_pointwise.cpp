@@ -2,10 +2,12 @@
 //
 // Shape of the generated kernel:
 //   body()          the SSA instructions on one element, in compute types
-//   vector loop     when every output is Aligned and every input Aligned or
-//                   Strided: UNROLL vectors of VEC elements per thread and
-//                   step, 16-byte loads/stores, grid-stride over tiles of
-//                   numel / VEC (Note [Vectors beside strided inputs])
+//   vector loop     when every output is Aligned and every input Aligned,
+//                   Periodic (Note [Periodic operands] in
+//                   fusion/pointwise_planner.h) or Strided: UNROLL vectors
+//                   of VEC elements per thread and step, 16-byte
+//                   loads/stores, grid-stride over tiles of numel / VEC
+//                   (Note [Vectors beside strided inputs])
 //   scalar loop     the remaining elements (all of them when some tensor is
 //                   not Aligned), with strided offsets where needed
 #include <sstream>
@@ -23,13 +25,15 @@ using emit::storage_type;
 
 struct Layout {
   const PointwiseSpec& spec;
-  int vec = 1;                   // > 1: the vector loop exists
-  int unroll = 1;                // vectors per thread and loop step
-  int approx_math = 0;           // MB_APPROX_MATH (Note [Approximate math for 16-bit results])
-  bool any_strided = false;      // some tensor takes strides
-  bool needs_shape = false;      // some strided tensor has rank > 0
-  bool fast_divisors = false;    // shape_div: Note [Divisors as multipliers]
-  bool strided_vectors = false;  // the vector loop reads strided inputs element by element
+  int vec = 1;                     // > 1: the vector loop exists
+  int unroll = 1;                  // vectors per thread and loop step
+  int approx_math = 0;             // MB_APPROX_MATH (Note [Approximate math for 16-bit results])
+  bool any_strided = false;        // some tensor takes strides
+  bool needs_shape = false;        // some strided tensor has rank > 0
+  bool fast_divisors = false;      // shape_div: Note [Divisors as multipliers]
+  bool strided_vectors = false;    // the vector loop reads strided inputs element by element
+  bool periodic = false;           // some input is Periodic (Note [Periodic operands])
+  bool periodic_divisors = false;  // ... and its period comes with a multiplier
 };
 
 // Note [Vectors beside strided inputs]
@@ -51,12 +55,20 @@ struct Layout {
 // per-channel tensors, 40 scalar loads per vector of eight elements
 // otherwise.
 
+// Note [Vectors held at storage width]
+// The vector loop keeps what it loaded in the storage type (two bf16 in a
+// register) and converts each element where the body reads it; outputs are
+// rounded to their storage type as each element is computed. Converting a
+// whole vector of every operand to float first held 8 floats per operand
+// per vector: a channels-last batch norm + ReLU (five operands) took 71
+// registers a thread, 7 blocks of 128 a SM, too few 16-byte loads in flight
+// to reach bandwidth on a 32x256x56x56 activation (1.9 TB/s on an H200,
+// Inductor's kernel 2.9). Held at storage width it takes 40 (ptxas, sm_90).
+
 Layout layout_of(const PointwiseSpec& spec) {
   Layout layout{spec};
   bool all_aligned = true;
-  std::vector<DType> dtypes;
   auto visit = [&](const TensorArg& t) {
-    dtypes.push_back(t.dtype);
     all_aligned = all_aligned && t.mode == IndexMode::Aligned;
     layout.any_strided = layout.any_strided || t.mode == IndexMode::Strided;
     layout.needs_shape = layout.needs_shape || (t.mode == IndexMode::Strided && t.rank > 0);
@@ -66,15 +78,18 @@ Layout layout_of(const PointwiseSpec& spec) {
     visit(t);
     inputs_vectorizable = inputs_vectorizable && t.mode != IndexMode::Contiguous;
     strided_input = strided_input || t.mode == IndexMode::Strided;
+    layout.periodic = layout.periodic || t.mode == IndexMode::Periodic;
   }
   for (const auto& o : spec.outputs) {
     visit(o.tensor);
     outputs_aligned = outputs_aligned && o.tensor.mode == IndexMode::Aligned;
   }
   if (all_aligned) {
-    layout.vec = emit::vector_width(dtypes);
+    layout.vec = pointwise_vector_width(spec);
+  } else if (inputs_vectorizable && outputs_aligned && !strided_input && layout.periodic) {
+    layout.vec = pointwise_vector_width(spec);
   } else if (inputs_vectorizable && outputs_aligned && strided_input && spec.rank > 0) {
-    layout.vec = emit::vector_width(dtypes);
+    layout.vec = pointwise_vector_width(spec);
     layout.strided_vectors = layout.vec > 1;
   }
   if (layout.vec > 1) layout.unroll = spec.tuning.pw_vec_per_thread;
@@ -82,6 +97,7 @@ Layout layout_of(const PointwiseSpec& spec) {
   for (const auto& o : spec.outputs) stored.push_back(o.tensor.dtype);
   layout.approx_math = emit::approx_math_level(stored);
   layout.fast_divisors = layout.needs_shape && !spec.index64 && spec.tuning.pw_fast_divisors;
+  layout.periodic_divisors = layout.periodic && !spec.index64 && spec.tuning.pw_fast_divisors;
   return layout;
 }
 
@@ -117,6 +133,13 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
   if (layout.fast_divisors)
     param(emit::dims_param(spec.rank, "shape_div"),
           {KernelParam::Kind::Dims, "shape_div", spec.rank});
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (spec.inputs[k].mode != IndexMode::Periodic) continue;
+    const std::string n = "in" + std::to_string(k);
+    param("const long long period_" + n, {KernelParam::Kind::Int64, "period_" + n});
+    if (layout.periodic_divisors)
+      param("const long long period_div_" + n, {KernelParam::Kind::Int64, "period_div_" + n});
+  }
   auto strides = [&](const TensorArg& t, const std::string& n) {
     if (t.mode != IndexMode::Strided || t.rank == 0) return;
     param(emit::dims_param(t.rank, "stride_" + n),
@@ -130,7 +153,17 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
 
 // The offset expression of tensor `n` at flat index i.
 std::string offset_of(const TensorArg& t, const std::string& n) {
-  return t.mode == IndexMode::Strided ? "off_" + n : "i";
+  return t.mode == IndexMode::Strided || t.mode == IndexMode::Periodic ? "off_" + n : "i";
+}
+
+// Declares off_<n>, `linear` mod the period of Periodic input `n`.
+std::string periodic_offset(const Layout& layout, const std::string& n, const std::string& linear,
+                            const std::string& indent) {
+  const std::string period = "static_cast<I>(period_" + n + ")";
+  const std::string quotient = layout.periodic_divisors
+                                   ? "mb::fast_div(" + linear + ", period_div_" + n + ")"
+                                   : "(" + linear + ") / " + period;
+  return indent + "const I off_" + n + " = " + linear + " - " + quotient + " * " + period + ";\n";
 }
 
 std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {
@@ -148,9 +181,14 @@ std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {
 // Each block takes tiles of blockDim * UNROLL vectors (thread t: vectors t,
 // t + blockDim, ...), all loads of a tile issued before any math so that
 // UNROLL 16-byte accesses per thread are in flight; tiles are grid-stride.
+// Loaded values stay in their storage type until the body reads them (Note
+// [Vectors held at storage width]).
 void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
   const PointwiseSpec& spec = layout.spec;
   const std::vector<bool> used = emit::used_inputs(spec);
+  auto strided_input = [&](std::size_t k) {
+    return used[k] && spec.inputs[k].mode == IndexMode::Strided;
+  };
   src << "  constexpr int VEC = " << std::to_string(layout.vec) << ";\n"
       << "  constexpr int UNROLL = " << std::to_string(layout.unroll) << ";\n";
   if (layout.strided_vectors && layout.needs_shape) {
@@ -167,76 +205,79 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
            "const I v = base + static_cast<I>(u) * static_cast<I>(blockDim.x) + "
            "static_cast<I>(threadIdx.x);\n";
   };
-  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    const std::string ct(compute_type(spec.inputs[k].dtype));
-    src << "    " << ct << " x" << std::to_string(k) << "[UNROLL][VEC];\n";
-  }
-  src << "#pragma unroll\n"
-      << "    for (int u = 0; u < UNROLL; ++u) {\n"
-      << vector_index("      ");
   std::vector<emit::OffsetTensor> strided;
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    const TensorArg& t = spec.inputs[k];
-    const std::string n = "in" + std::to_string(k);
-    if (used[k] && t.mode == IndexMode::Strided)
-      strided.push_back({"off_" + n, "stride_" + n, t.rank});
+    if (!used[k]) continue;
+    const std::string n = std::to_string(k);
+    const std::string st(storage_type(spec.inputs[k].dtype));
+    if (strided_input(k)) {
+      strided.push_back({"off_in" + n, "stride_in" + n, spec.inputs[k].rank});
+      src << "    mb::StridedRaw<VEC, " << st << "> raw" << n << "[UNROLL];\n";
+    } else {
+      src << "    " << st << " raw" << n << "[UNROLL][VEC];\n";
+    }
   }
   // Every load is issued before any is used (Note [Strided loads issued
-  // together] in mb_vector_io.cuh).
-  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (!used[k] || spec.inputs[k].mode != IndexMode::Strided) continue;
-    src << "      mb::StridedRaw<VEC, " << storage_type(spec.inputs[k].dtype) << "> raw"
-        << std::to_string(k) << ";\n";
-  }
-  if (!strided.empty()) {
-    src << "      if (v < nvec) {\n"
-        << emit::strided_offsets(strided, spec.rank, "shape", "v * VEC", "        ",
-                                 layout.fast_divisors ? "shape_div" : "");
-  }
-  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    const TensorArg& t = spec.inputs[k];
-    if (!used[k] || t.mode != IndexMode::Strided) continue;
-    const std::string n = std::to_string(k);
-    const std::string inner =
-        t.rank > 0 ? "static_cast<I>(stride_in" + n + ".d[" + std::to_string(t.rank - 1) + "])"
-                   : "I(0)";
-    src << "        mb::issue_strided<VEC>(in" << n << " + off_in" << n << ", " << inner << ", raw"
-        << n << ");\n";
-  }
-  if (!strided.empty()) src << "      }\n";
-  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (used[k] && spec.inputs[k].mode == IndexMode::Strided) continue;
-    const std::string n = std::to_string(k);
-    const std::string ct(compute_type(spec.inputs[k].dtype));
-    // Lanes past the end compute on zeros and store nothing.
-    src << "      if (" << (used[k] ? "v < nvec" : "false") << ") mb::load_compute<VEC>(in" << n
-        << " + v * VEC, x" << n << "[u]);\n"
-        << "      else for (int k = 0; k < VEC; ++k) x" << n << "[u][k] = " << ct << "(0);\n";
-  }
-  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (!used[k] || spec.inputs[k].mode != IndexMode::Strided) continue;
-    const std::string n = std::to_string(k);
-    src << "      if (v < nvec) mb::finish_strided(raw" << n << ", x" << n << "[u]);\n"
-        << "      else for (int k = 0; k < VEC; ++k) x" << n
-        << "[u][k] = " << compute_type(spec.inputs[k].dtype) << "(0);\n";
-  }
-  src << "    }\n";
-  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
-        << "[UNROLL][VEC];\n";
-  }
+  // together] in mb_vector_io.cuh); lanes past the end load nothing and
+  // store nothing.
   src << "#pragma unroll\n"
       << "    for (int u = 0; u < UNROLL; ++u) {\n"
-      << "#pragma unroll\n"
-      << "      for (int k = 0; k < VEC; ++k) mb_body("
-      << emit::body_call_args(spec, "x", "[u][k]", "s", "y", "[u][k]") << ");\n"
-      << "    }\n"
+      << vector_index("      ") << "      if (v >= nvec) continue;\n";
+  if (!strided.empty())
+    src << emit::strided_offsets(strided, spec.rank, "shape", "v * VEC", "      ",
+                                 layout.fast_divisors ? "shape_div" : "");
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (!used[k]) continue;
+    const std::string n = std::to_string(k);
+    const TensorArg& t = spec.inputs[k];
+    if (strided_input(k)) {
+      const std::string inner =
+          t.rank > 0 ? "static_cast<I>(stride_in" + n + ".d[" + std::to_string(t.rank - 1) + "])"
+                     : "I(0)";
+      src << "      mb::issue_strided<VEC>(in" << n << " + off_in" << n << ", " << inner << ", raw"
+          << n << "[u]);\n";
+    } else if (t.mode == IndexMode::Periodic) {
+      src << periodic_offset(layout, "in" + n, "v * VEC", "      ")
+          << "      mb::load_stored<VEC>(in" << n << " + off_in" << n << ", raw" << n << "[u]);\n";
+    } else {
+      src << "      mb::load_stored<VEC>(in" << n << " + v * VEC, raw" << n << "[u]);\n";
+    }
+  }
+  src << "    }\n"
       << "#pragma unroll\n"
       << "    for (int u = 0; u < UNROLL; ++u) {\n"
       << vector_index("      ") << "      if (v >= nvec) continue;\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    src << "      mb::store_compute<VEC>(out" << std::to_string(k) << " + v * VEC, y"
-        << std::to_string(k) << "[u]);\n";
+    src << "      " << storage_type(spec.outputs[k].tensor.dtype) << " out_raw" << std::to_string(k)
+        << "[VEC];\n";
+  }
+  src << "#pragma unroll\n"
+      << "      for (int k = 0; k < VEC; ++k) {\n";
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    const std::string ct(compute_type(spec.inputs[k].dtype));
+    src << "        const " << ct << " x" << n << " = ";
+    if (!used[k])
+      src << ct << "(0);\n";
+    else if (strided_input(k))
+      src << "mb::strided_at(raw" << n << "[u], k);\n";
+    else
+      src << "mb::to_compute(raw" << n << "[u][k]);\n";
+  }
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    src << "        " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
+        << ";\n";
+  }
+  src << "        mb_body(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    src << "        out_raw" << n << "[k] = mb::from_compute<"
+        << storage_type(spec.outputs[k].tensor.dtype) << ">(y" << n << ");\n";
+  }
+  src << "      }\n";
+  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+    const std::string n = std::to_string(k);
+    src << "      mb::store_vec<VEC>(out" << n << " + v * VEC, out_raw" << n << ");\n";
   }
   src << "    }\n  }\n";
 }
@@ -249,6 +290,10 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
   if (layout.any_strided)
     src << emit::strided_offsets(strided_tensors(spec), spec.rank, "shape", "i", "    ",
                                  layout.fast_divisors ? "shape_div" : "");
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (used[k] && spec.inputs[k].mode == IndexMode::Periodic)
+      src << periodic_offset(layout, "in" + std::to_string(k), "i", "    ");
+  }
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string n = "in" + std::to_string(k);
     const std::string ct(compute_type(spec.inputs[k].dtype));

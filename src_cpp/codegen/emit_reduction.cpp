@@ -273,7 +273,7 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
   }
   const bool inner_block =
       spec.axis == ReduceAxis::Inner && spec.strategy == ReduceStrategy::BlockPerRow;
-  const int vec = inner_block && aligned ? emit::vector_width(in_dtypes) : 1;
+  const int vec = inner_block && aligned ? pointwise_vector_width(in_dtypes) : 1;
 
   KernelEntry entry;
   entry.name = "mb_reduction_" + emit::hex16(spec.hash());

@@ -228,6 +228,31 @@ bool dense_in_order(const TensorType& type, const std::vector<int>& order) {
   return true;
 }
 
+std::int64_t static_period(const TensorType& input, const TensorType& walk,
+                           const std::vector<int>& order) {
+  if (!static_layout(input) || !static_layout(walk) || input.rank() > walk.rank()) return 0;
+  const std::size_t rank = walk.sizes.size();
+  const std::size_t lead = rank - input.sizes.size();
+  std::vector<std::int64_t> shape(rank), strides(rank, 0);
+  for (std::size_t d = 0; d < rank; ++d) {
+    shape[d] = walk.sizes[d].static_value();
+    if (d < lead) continue;
+    const std::int64_t size = input.sizes[d - lead].static_value();
+    if (size != 1 && size != shape[d]) return 0;
+    strides[d] = size == 1 ? 0 : input.strides[d - lead].static_value();
+  }
+  if (!order.empty()) {
+    std::vector<std::int64_t> walked_shape, walked_strides;
+    for (int d : order) {
+      walked_shape.push_back(shape[static_cast<std::size_t>(d)]);
+      walked_strides.push_back(strides[static_cast<std::size_t>(d)]);
+    }
+    shape.swap(walked_shape);
+    strides.swap(walked_strides);
+  }
+  return periodic_period(shape, strides);
+}
+
 std::string shape_key(const TensorType& type) {
   std::string key;
   for (const Dim& d : type.sizes) key += d.str() + ",";
@@ -347,6 +372,15 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     const bool full = shape_key(t) == key && dense(t);
     spec.inputs[k].mode = full ? IndexMode::Aligned : IndexMode::Strided;
     spec.inputs[k].rank = full ? 0 : rank;
+  }
+  // Note [Periodic operands]
+  const int vector_width = pointwise_vector_width(spec);
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (spec.inputs[k].mode != IndexMode::Strided) continue;
+    const std::int64_t period =
+        static_period(graph_.value(group->inputs[k]).tensor, shape, group->order);
+    if (period > 1 && period % vector_width == 0)
+      spec.inputs[k] = TensorArg{spec.inputs[k].dtype, IndexMode::Periodic, 0};
   }
   spec.index64 = false;
   // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).

@@ -33,7 +33,7 @@
 
 namespace mybackend {
 
-constexpr std::uint32_t kPlanFormatVersion = 4;  // 4: pw_fast_divisors, layout copies in cast groups
+constexpr std::uint32_t kPlanFormatVersion = 5;  // 5: periodic pointwise inputs
 
 // The bytes of `plan`, made for `graph` under `options`.
 std::string save_plan(const Graph& graph, const PlanningOptions& options, const CorePlan& plan);

@@ -1,5 +1,6 @@
 #include "spec/kernel_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -14,8 +15,37 @@ std::string_view index_mode_name(IndexMode mode) {
     case IndexMode::Aligned: return "aligned";
     case IndexMode::Contiguous: return "contiguous";
     case IndexMode::Strided: return "strided";
+    case IndexMode::Periodic: return "periodic";
   }
   return "?";
+}
+
+int pointwise_vector_width(const std::vector<DType>& dtypes) {
+  int narrowest = 16;
+  for (DType dtype : dtypes) narrowest = std::min(narrowest, dtype_size_bytes(dtype));
+  return std::min(8, 16 / std::max(narrowest, 1));
+}
+
+int pointwise_vector_width(const PointwiseSpec& spec) {
+  std::vector<DType> dtypes;
+  for (const auto& t : spec.inputs) dtypes.push_back(t.dtype);
+  for (const auto& o : spec.outputs) dtypes.push_back(o.tensor.dtype);
+  return pointwise_vector_width(dtypes);
+}
+
+std::int64_t periodic_period(const std::vector<std::int64_t>& shape,
+                             const std::vector<std::int64_t>& strides) {
+  std::int64_t period = 1;
+  std::size_t d = shape.size();
+  for (; d-- > 0;) {  // the dense innermost dims
+    if (shape[d] == 1) continue;
+    if (strides[d] != period) break;
+    period *= shape[d];
+  }
+  for (d = d + 1; d-- > 0;) {  // then broadcast over the rest
+    if (shape[d] != 1 && strides[d] != 0) return 0;
+  }
+  return period;
 }
 
 std::string_view reduce_op_name(ReduceOp op) {

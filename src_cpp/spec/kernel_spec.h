@@ -41,9 +41,20 @@ enum class IndexMode : std::int8_t {
   // stride 0 broadcasts. A tensor of rank r < the iteration rank R lines up
   // with the last r dims (numpy broadcasting).
   Strided,
+  // At ptr[i mod period], 16-byte aligned, period a multiple of the
+  // kernel's vector width: a tensor repeated over the leading dims of the
+  // iteration space and dense within one period (a per-channel operand
+  // beside channels-last activations, a bias over the last dim). The period
+  // is a kernel argument. Pointwise inputs of the 32-bit variant only (Note
+  // [Periodic operands] in fusion/pointwise_planner.h).
+  Periodic,
 };
 
 std::string_view index_mode_name(IndexMode mode);
+
+// Elements per 16-byte access of a pointwise kernel whose tensors have
+// `dtypes`: its narrowest dtype decides (8 at most).
+int pointwise_vector_width(const std::vector<DType>& dtypes);
 
 struct TensorArg {
   DType dtype = DType::Float32;
@@ -143,6 +154,17 @@ struct PointwiseSpec {
   std::string to_string() const;
   std::uint64_t hash() const;
 };
+
+// pointwise_vector_width of the spec's inputs and outputs.
+int pointwise_vector_width(const PointwiseSpec& spec);
+
+// P when the tensor whose `strides` walk `shape` (one stride per dim, in the
+// walk's order) holds the walk's element i at offset i mod P: dense over
+// some innermost dims, whose sizes multiply to P, and stride 0 over every
+// outer dim (size-1 dims ignored). 0 when it does not (Note [Periodic
+// operands] in fusion/pointwise_planner.h).
+std::int64_t periodic_period(const std::vector<std::int64_t>& shape,
+                             const std::vector<std::int64_t>& strides);
 
 // Note [Scalars as kernel arguments]
 // A pointwise kernel's fp32/fp64 scalars other than 0, 1 and -1 become

@@ -21,9 +21,12 @@ std::string check_threads(int threads) {
   return {};
 }
 
-std::string check_tensor(const TensorArg& t, int rank, const std::string& what) {
+std::string check_tensor(const TensorArg& t, int rank, const std::string& what,
+                         bool periodic_allowed = false) {
   if (!codegen_supports_dtype(t.dtype))
     return what + ": dtype " + name(t.dtype) + " is not supported";
+  if (t.mode == IndexMode::Periodic && !periodic_allowed)
+    return what + ": only a pointwise input may be periodic";
   if (t.mode == IndexMode::Strided && (t.rank < 0 || t.rank > rank)) {
     return what + ": strided rank " + std::to_string(t.rank) + " outside [0, " +
            std::to_string(rank) + "]";
@@ -119,7 +122,8 @@ std::string validate(const PointwiseSpec& spec) {
   }
   if (spec.outputs.empty()) return "a pointwise kernel needs at least one output";
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (std::string p = check_tensor(spec.inputs[k], spec.rank, "in" + std::to_string(k));
+    if (std::string p = check_tensor(spec.inputs[k], spec.rank, "in" + std::to_string(k),
+                                     /*periodic_allowed=*/true);
         !p.empty())
       return p;
   }

@@ -9,6 +9,7 @@
 
 #include "runtime/coalesced_dims.h"
 #include "runtime/fast_divisors.h"
+#include "spec/kernel_spec.h"
 
 namespace mybackend {
 namespace {
@@ -98,6 +99,26 @@ TEST(CoalescedDims, ASingleElementIsLeftAsItIs) {
 // The kernel's quotient equals n / d for divisors and dividends at the
 // edges (powers of two and their neighbours, the largest 32-bit index) and
 // at random; the remainder follows from it.
+// Note [Periodic operands]: element i at i mod P.
+TEST(PeriodicPeriod, PerChannelAndPerRowOperandsRepeat) {
+  // [N, H, W, C] walk, a per-channel operand: period C.
+  EXPECT_EQ(periodic_period({2, 5, 5, 16}, {0, 0, 0, 1}), 16);
+  // A [S, H] table broadcast over the batch of a [B, S, H] walk: period S * H.
+  EXPECT_EQ(periodic_period({4, 3, 8}, {0, 8, 1}), 24);
+  // Size-1 dims are skipped whatever their strides; a dense tensor is one period.
+  EXPECT_EQ(periodic_period({4, 1, 8}, {0, 99, 1}), 8);
+  EXPECT_EQ(periodic_period({4, 8}, {8, 1}), 32);
+  // A broadcast scalar repeats every element.
+  EXPECT_EQ(periodic_period({4, 8}, {0, 0}), 1);
+}
+
+TEST(PeriodicPeriod, OtherLayoutsHaveNone) {
+  EXPECT_EQ(periodic_period({4, 8}, {1, 0}), 0);        // a column broadcast
+  EXPECT_EQ(periodic_period({4, 8}, {1, 4}), 0);        // transposed
+  EXPECT_EQ(periodic_period({4, 3, 8}, {8, 0, 1}), 0);  // broadcast between dense dims
+  EXPECT_EQ(periodic_period({4, 8}, {0, 2}), 0);        // a gap within the row
+}
+
 TEST(FastDivisors, QuotientsAreExactBelowTwoToThe31) {
   std::vector<std::uint32_t> divisors;
   for (std::uint32_t d = 1; d <= 1024; ++d) divisors.push_back(d);

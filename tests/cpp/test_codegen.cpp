@@ -19,6 +19,7 @@
 #include "codegen/nvrtc.h"
 #include "common/error.h"
 #include "common/hash.h"
+#include "ptx_testing.h"
 #include "spec/kernel_spec.h"
 #include "spec/pointwise_ops.h"
 
@@ -278,6 +279,89 @@ TEST(CodegenPointwise, AlignedTensorsBesideABroadcastStayVectorized) {
   ASSERT_TRUE(outcomes[0].ok());
   EXPECT_TRUE(has_16_byte_access(outcomes[0].kernel->image, "ld"));
   EXPECT_TRUE(has_16_byte_access(outcomes[0].kernel->image, "st"));
+}
+
+// relu((x - mean) * rsqrt(var + eps) * weight + bias) over a channels-last
+// bf16 activation: the activation and the output aligned, the four
+// per-channel operands strided (rank 4, broadcast over N, H, W).
+PointwiseSpec channels_last_batch_norm_relu() {
+  PointwiseSpec spec;
+  spec.rank = 4;
+  spec.inputs = {tensor(DType::BFloat16, IndexMode::Aligned, 0)};
+  for (int k = 0; k < 4; ++k) spec.inputs.push_back(tensor(DType::BFloat16, IndexMode::Strided, 4));
+  spec.scalars = {PwScalar{DType::Float32, false, 1e-3, 0}};
+  auto add = [&spec](PwOp op, DType dtype, std::vector<std::int32_t> args, int index = -1) {
+    spec.instrs.push_back({op, dtype, std::move(args), index});
+    return static_cast<std::int32_t>(spec.instrs.size() - 1);
+  };
+  auto load = [&](int k) {
+    return add(PwOp::Cast, DType::Float32, {add(PwOp::Load, DType::BFloat16, {}, k)});
+  };
+  const auto centred = add(PwOp::Sub, DType::Float32, {load(0), load(1)});
+  const auto eps = add(PwOp::Scalar, DType::Float32, {}, 0);
+  const auto inv_std =
+      add(PwOp::Rsqrt, DType::Float32, {add(PwOp::Add, DType::Float32, {load(2), eps})});
+  const auto scaled =
+      add(PwOp::Mul, DType::Float32, {add(PwOp::Mul, DType::Float32, {centred, inv_std}), load(3)});
+  const auto shifted = add(PwOp::Add, DType::Float32, {scaled, load(4)});
+  const auto relu = add(PwOp::Relu, DType::Float32, {shifted});
+  const auto stored = add(PwOp::Cast, DType::BFloat16, {relu});
+  spec.outputs = {{tensor(DType::BFloat16, IndexMode::Aligned, 0), stored}};
+  return spec;
+}
+
+// Note [Vectors held at storage width]: the five-operand batch norm kernel
+// stays at few enough registers for 10 or more blocks of 128 threads a SM
+// (71 when every operand's vector was converted to float first).
+TEST(CodegenPointwise, VectorsAreHeldAtStorageWidth) {
+  const PointwiseSpec spec = channels_last_batch_norm_relu();
+  ASSERT_EQ(validate(spec), "");
+  const EmittedKernel kernel = emit_pointwise(spec);
+  EXPECT_EQ(kernel.source.find("float x0[UNROLL][VEC]"), std::string::npos) << kernel.source;
+  EXPECT_NE(kernel.source.find("mb::bf16 raw0[UNROLL][VEC]"), std::string::npos) << kernel.source;
+  NvrtcOptions cubin;
+  cubin.target = GpuTarget::parse("sm_90");
+  const auto outcomes = compile_all({{"batch norm + relu", kernel}}, cubin);
+  ASSERT_TRUE(outcomes[0].ok());
+  const int registers = cubin_registers(outcomes[0].kernel->image, kernel.entries[0].name);
+  EXPECT_GT(registers, 0);
+  EXPECT_LE(registers, 48) << kernel.source;  // 40 with NVRTC 13.0
+}
+
+// Note [Periodic operands]: the per-channel operands read at i mod period,
+// one 16-byte load each, with no shape and no strides.
+TEST(CodegenPointwise, PeriodicInputsAreVectorsAtTheirOffset) {
+  PointwiseSpec spec = channels_last_batch_norm_relu();
+  for (std::size_t k = 1; k < spec.inputs.size(); ++k)
+    spec.inputs[k] = tensor(DType::BFloat16, IndexMode::Periodic, 0);
+  ASSERT_EQ(validate(spec), "");
+  const EmittedKernel kernel = emit_pointwise(spec);
+  std::vector<std::string> params;
+  for (const auto& p : kernel.entries[0].params) params.push_back(p.name);
+  EXPECT_EQ(std::count(params.begin(), params.end(), "shape"), 0);
+  EXPECT_EQ(std::count(params.begin(), params.end(), "stride_in1"), 0);
+  EXPECT_EQ(std::count(params.begin(), params.end(), "period_in4"), 1);
+  EXPECT_EQ(std::count(params.begin(), params.end(), "period_div_in4"), 1);
+  EXPECT_EQ(kernel.entries[0].elements_per_thread, 8);
+  PointwiseSpec wide = spec;
+  wide.index64 = true;
+  const EmittedKernel wide_kernel = emit_pointwise(wide);
+  for (const auto& p : wide_kernel.entries[0].params) EXPECT_NE(p.name, "period_div_in1");
+  const auto outcomes = compile_all({{"periodic", kernel}, {"periodic index64", wide_kernel}});
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok());
+  const std::string& ptx = outcomes[0].kernel->image;
+  const std::regex load(k16ByteLoad);
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(ptx.begin(), ptx.end(), load), std::sregex_iterator()), 5)
+      << ptx;
+  EXPECT_FALSE(has(ptx, kLocalMemory));
+  EXPECT_FALSE(has(ptx, R"(div\.[su]32)")) << "the 32-bit variant divides by multiplying";
+}
+
+TEST(CodegenSpec, OnlyPointwiseInputsArePeriodic) {
+  PointwiseSpec spec = channels_last_batch_norm_relu();
+  spec.outputs[0].tensor.mode = IndexMode::Periodic;
+  EXPECT_NE(validate(spec).find("only a pointwise input may be periodic"), std::string::npos);
 }
 
 // Note [Smooth divisions]: y = x / s (rounded to `stored`), or floor(x / s).

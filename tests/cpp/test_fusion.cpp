@@ -182,23 +182,41 @@ TEST(FusionPlan, InterleavedGroupsRunWhenTheirLastNodeCould) {
   EXPECT_EQ(pointwise[1]->nodes, (std::vector<NodeId>{0, 2, 4}));
 }
 
-TEST(FusionPlan, BroadcastInputsAreStrided) {
+// gelu(x + other) over a static [4, width] f32 walk: the spec text of the
+// pointwise group.
+std::string broadcast_add_spec(std::int64_t width, const std::vector<std::int64_t>& other) {
   GraphBuilder b;
-  const TensorType t = tensor(DType::Float32, {4, 8});
-  const TensorType bias = tensor(DType::Float32, {8});
+  const TensorType t = tensor(DType::Float32, {4, width});
   ValueId x = b.add_input(out(t, "x"));
-  ValueId y = b.add_input(out(bias, "bias"));
+  ValueId y = b.add_input(out(tensor(DType::Float32, other), "other"));
   ValueId s = b.add_node(NodeKind::Aten, "aten::add.Tensor", {v(x), v(y)}, {out(t)}, "add")[0];
   ValueId g = b.add_node(NodeKind::Aten, "aten::gelu.default", {v(s), Argument::of_string("tanh")},
                          {out(t)}, "gelu")[0];
   b.set_outputs({v(g)});
   Planned p = plan(b);
   auto pointwise = p.groups(KernelKind::Pointwise);
-  ASSERT_EQ(pointwise.size(), 1u);
-  const std::string& spec = pointwise[0]->spec;
+  EXPECT_EQ(pointwise.size(), 1u);
+  return pointwise.empty() ? "" : pointwise[0]->spec;
+}
+
+// Note [Periodic operands]: a bias over the last dim repeats every row.
+TEST(FusionPlan, BroadcastRowsArePeriodic) {
+  const std::string spec = broadcast_add_spec(8, {8});
   EXPECT_NE(spec.find("in0 f32 aligned"), std::string::npos) << spec;
-  EXPECT_NE(spec.find("in1 f32 strided rank=2"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("in1 f32 periodic"), std::string::npos) << spec;
   EXPECT_NE(spec.find("gelu_tanh"), std::string::npos) << spec;
+  EXPECT_NE(broadcast_add_spec(8, {1, 8}).find("in1 f32 periodic"), std::string::npos);
+}
+
+// A column broadcast does not repeat in the walk's order, and a row of 6
+// f32 is not a whole number of 4-element vectors: both stay strided.
+TEST(FusionPlan, OtherBroadcastInputsAreStrided) {
+  std::string spec = broadcast_add_spec(8, {4, 1});
+  EXPECT_NE(spec.find("in1 f32 strided rank=2"), std::string::npos) << spec;
+  spec = broadcast_add_spec(6, {6});
+  EXPECT_NE(spec.find("in1 f32 strided rank=2"), std::string::npos) << spec;
+  spec = broadcast_add_spec(8, {1});
+  EXPECT_NE(spec.find("in1 f32 strided rank=2"), std::string::npos) << spec;
 }
 
 TEST(FusionPlan, TypePromotionIsExplicit) {

@@ -1,6 +1,7 @@
 """benchmarks/distributed.py under torchrun on the CPU (gloo, two processes,
-the tiny GPT-2): every setup runs with eager and mybackend, the table is
-printed, and mybackend's losses pass the check against eager's."""
+the tiny GPT-2): every setup (a model per rank, DDP, FSDP2) runs with eager
+and mybackend, the table is printed, and mybackend's losses pass the check
+against eager's."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_distributed_benchmark_runs_on_cpu(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     rows = [line for line in (tmp_path / "results.md").read_text().splitlines() if "|" in line]
-    for setup in ("ddp", "fsdp2", "fsdp2-mp"):
+    for setup in ("single", "ddp", "fsdp2", "fsdp2-mp"):
         eager, compiled = (f"| {setup} | {backend} |" for backend in ("eager", "mybackend"))
         assert any(row.startswith(eager) for row in rows), rows
         row = next(row for row in rows if row.startswith(compiled))

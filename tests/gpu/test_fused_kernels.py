@@ -227,6 +227,45 @@ def test_channels_last_group_walks_memory_order(shape: tuple[int, ...], dtype: t
         assert g.stride() == e.stride()
 
 
+def _periodic_case(case: str, dtype: torch.dtype) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+    """A function with one operand that repeats along the walk, and its inputs."""
+    if case == "per_channel":  # a scale beside a channels-last activation
+        x = torch.randn(2, 64, 7, 7, device="cuda", dtype=dtype)
+        x = x.to(memory_format=torch.channels_last)
+        other = torch.randn(1, 64, 1, 1, device="cuda")
+    elif case == "row_bias":
+        x = torch.randn(6, 40, device="cuda", dtype=dtype)
+        other = torch.randn(40, device="cuda")
+    else:  # "table_over_batch": a [S, H] table added to every batch row
+        x = torch.randn(3, 5, 16, device="cuda", dtype=dtype)
+        other = torch.randn(5, 16, device="cuda")
+
+    def fn(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x.float() * other + 0.5).to(x.dtype)
+
+    return fn, [x, other]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["per_channel", "row_bias", "table_over_batch"])
+def test_periodic_operands(case: str, dtype: torch.dtype) -> None:
+    """Note [Periodic operands]: an operand repeating along the walk is read at
+    i mod period; a call whose operand is not 16-byte aligned runs the
+    general variant, with the same results."""
+    fn, (x, other) = _periodic_case(case, dtype)
+    compiled = _check(fn, x, other, tol=TOL[dtype])
+    kernel = next(k for k in compiled.report()["kernels"] if k["kind"] == "pointwise")
+    assert "in1 f32 periodic" in kernel["spec"], kernel["spec"]
+    storage = torch.randn(other.numel() + 1, device="cuda")
+    unaligned = storage[1:].view(other.shape)
+    general = kernel["kernel"].split(" + ")[1].split(" ")[0]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got = compiled.run([x, unaligned])[0]
+        torch.cuda.synchronize()
+    torch.testing.assert_close(got, fn(x, unaligned), **TOL[dtype])
+    assert general in [e.name for e in prof.events()]
+
+
 @pytest.mark.parametrize(
     ("source", "target"),
     [

@@ -132,8 +132,8 @@ struct StridedRaw {
 // instead of one: 3.0 us per batch-1 kernel against Inductor's 1.5 on an
 // H200, and 30 % slower at batch 32. So the load is split in two:
 // issue_strided fills raw storage (the 16-byte chunks, or the one element)
-// without reading it, and finish_strided converts it after the kernel has
-// issued every operand's load.
+// without reading it, and strided_at converts one element where the body
+// reads it, after the kernel has issued every operand's load.
 template <int N, class T, class I>
 __device__ __forceinline__ void issue_strided(const T* __restrict__ p, I stride,
                                               StridedRaw<N, T>& raw) {
@@ -151,10 +151,10 @@ __device__ __forceinline__ void issue_strided(const T* __restrict__ p, I stride,
   }
 }
 
-template <int N, class T, class C>
-__device__ __forceinline__ void finish_strided(const StridedRaw<N, T>& raw, C (&out)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = to_compute(raw.broadcast ? raw.single : raw.bits.elems[k]);
+// Element k of a strided operand in its compute type.
+template <int N, class T>
+__device__ __forceinline__ auto strided_at(const StridedRaw<N, T>& raw, int k) {
+  return to_compute(raw.broadcast ? raw.single : raw.bits.elems[k]);
 }
 
 }  // namespace mb

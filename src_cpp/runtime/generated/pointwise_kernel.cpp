@@ -38,40 +38,56 @@ bool dense_strides(const std::vector<std::int64_t>& shape,
   return true;
 }
 
-// Which of a call's tensors (inputs, then outputs) each parameter of an
-// entry names: "in3" / "stride_in3" -> 3, "out1" -> inputs + 1; for a
-// scalar argument "scalar2" its position in the spec's scalars, 2; -1 for
-// numel and the shape, kShapeDivisors for the shape's divisors. Parsed once
-// per variant, not per launch.
-constexpr int kShapeDivisors = -2;
+// What one kernel parameter carries at a launch, parsed from its name once
+// per variant: "in3" / "stride_in3" / "period_in3" name tensor 3, "out1"
+// tensor n_inputs + 1 (inputs, then outputs), "scalar2" the spec's scalar 2.
+struct ParamRole {
+  enum class Kind : std::int8_t {
+    Pointer,
+    Strides,
+    Shape,
+    ShapeDivisors,
+    Numel,
+    Scalar,
+    Period,
+    PeriodDivisor
+  };
+  Kind kind = Kind::Numel;
+  int index = -1;  // the tensor or the scalar
+};
 
-std::vector<int> parameter_tensors(const KernelEntry& entry, std::size_t n_inputs) {
-  std::vector<int> out;
+std::vector<ParamRole> parameter_roles(const KernelEntry& entry, std::size_t n_inputs) {
+  using Kind = ParamRole::Kind;
+  auto tensor_of = [n_inputs](const std::string& name) {
+    if (name.rfind("out", 0) == 0) return static_cast<int>(n_inputs + std::stoul(name.substr(3)));
+    MB_ASSERT(name.rfind("in", 0) == 0, "unexpected kernel parameter ", name);
+    return static_cast<int>(std::stoul(name.substr(2)));
+  };
+  auto starts = [](const std::string& name, const char* prefix) {
+    return name.rfind(prefix, 0) == 0;
+  };
+  std::vector<ParamRole> out;
   out.reserve(entry.params.size());
   for (const KernelParam& p : entry.params) {
-    if (p.name.rfind("scalar", 0) == 0) {
-      out.push_back(static_cast<int>(std::stoul(p.name.substr(6))));
-      continue;
+    const std::string& n = p.name;
+    if (starts(n, "scalar")) {
+      out.push_back({Kind::Scalar, static_cast<int>(std::stoul(n.substr(6)))});
+    } else if (n == "numel") {
+      out.push_back({Kind::Numel, -1});
+    } else if (n == "shape") {
+      out.push_back({Kind::Shape, -1});
+    } else if (n == "shape_div") {
+      out.push_back({Kind::ShapeDivisors, -1});
+    } else if (starts(n, "period_div_")) {
+      out.push_back({Kind::PeriodDivisor, tensor_of(n.substr(11))});
+    } else if (starts(n, "period_")) {
+      out.push_back({Kind::Period, tensor_of(n.substr(7))});
+    } else if (starts(n, "stride_")) {
+      out.push_back({Kind::Strides, tensor_of(n.substr(7))});
+    } else {
+      MB_ASSERT(p.kind == KernelParam::Kind::Pointer, "unexpected kernel parameter ", n);
+      out.push_back({Kind::Pointer, tensor_of(n)});
     }
-    if (p.kind != KernelParam::Kind::Pointer && p.kind != KernelParam::Kind::Dims) {
-      out.push_back(-1);
-      continue;
-    }
-    if (p.name == "shape") {
-      out.push_back(-1);
-      continue;
-    }
-    if (p.name == "shape_div") {
-      out.push_back(kShapeDivisors);
-      continue;
-    }
-    const std::string base = p.name.rfind("stride_", 0) == 0 ? p.name.substr(7) : p.name;
-    if (base.rfind("out", 0) == 0) {
-      out.push_back(static_cast<int>(n_inputs + std::stoul(base.substr(3))));
-      continue;
-    }
-    MB_ASSERT(base.rfind("in", 0) == 0, "unexpected kernel parameter ", p.name);
-    out.push_back(static_cast<int>(std::stoul(base.substr(2))));
   }
   return out;
 }
@@ -80,23 +96,32 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
  public:
   PointwiseKernel(KernelKind kind, const Graph& graph, std::shared_ptr<const PointwiseGroup> group,
                   std::vector<Variant> variants, std::string target)
-      : GroupKernel(kind, graph, std::move(group), std::move(variants), std::move(target)) {
+      : GroupKernel(kind, graph, std::move(group), std::move(variants), std::move(target)),
+        vector_width_(pointwise_vector_width(group_->spec)) {
     for (const Variant& v : variants_)
-      parameter_tensors_.push_back(parameter_tensors(v.kernel.entries[0], group_->inputs.size()));
+      parameter_roles_.push_back(parameter_roles(v.kernel.entries[0], group_->inputs.size()));
   }
 
  private:
   bool has_fast() const { return variants_.size() > 1; }
 
-  // The fast variant's assumptions, on this call's tensors.
+  // The fast variant's assumptions, on this call's tensors; `periods` gets
+  // each Periodic tensor's period (Note [Periodic operands]).
   bool fast_fits(const std::vector<at::Tensor>& tensors, const std::vector<TensorArg>& args,
                  const std::vector<std::vector<std::int64_t>>& strides,
-                 const std::vector<std::int64_t>& shape, std::int64_t numel) const {
+                 const std::vector<std::int64_t>& shape, std::int64_t numel,
+                 std::vector<std::int64_t>& periods) const {
     if (!group_->spec.index64 && numel >= kIndex32Limit) return false;
+    periods.assign(tensors.size(), 0);
     for (std::size_t k = 0; k < tensors.size(); ++k) {
       const at::Tensor& t = tensors[k];
       if (args[k].mode == IndexMode::Strided) {
         if (!group_->spec.index64 && max_offset(shape, strides[k]) >= kIndex32Limit) return false;
+        continue;
+      }
+      if (args[k].mode == IndexMode::Periodic) {
+        periods[k] = periodic_period(shape, strides[k]);
+        if (periods[k] <= 1 || periods[k] % vector_width_ != 0 || !aligned16(t)) return false;
         continue;
       }
       // Dense in the walk's order (Note [Iteration order] in pointwise_planner.h).
@@ -148,8 +173,9 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       std::vector<TensorArg> args;
       for (const auto& t : g.spec.inputs) args.push_back(t);
       for (const auto& o : g.spec.outputs) args.push_back(o.tensor);
-      const bool fast = has_fast() && fast_fits(tensors, args, strides, *shape, numel);
-      launch_variant(fast ? 0 : variants_.size() - 1, tensors, strides, *shape, numel,
+      std::vector<std::int64_t> periods;
+      const bool fast = has_fast() && fast_fits(tensors, args, strides, *shape, numel, periods);
+      launch_variant(fast ? 0 : variants_.size() - 1, tensors, strides, *shape, numel, periods,
                      device.index());
     }
     for (std::size_t k = 0; k < g.outputs.size(); ++k) {
@@ -161,38 +187,31 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
   void launch_variant(std::size_t v, const std::vector<at::Tensor>& tensors,
                       const std::vector<std::vector<std::int64_t>>& strides,
                       const std::vector<std::int64_t>& shape, std::int64_t numel,
-                      int device_index) const {
+                      const std::vector<std::int64_t>& periods, int device_index) const {
+    using Kind = ParamRole::Kind;
     const KernelEntry& entry = variants_[v].kernel.entries[0];
-    const std::vector<int>& tensor_of = parameter_tensors_[v];
+    const std::vector<ParamRole>& roles = parameter_roles_[v];
     KernelArgs args(entry);
     for (std::size_t i = 0; i < entry.params.size(); ++i) {
-      const KernelParam& p = entry.params[i];
-      const int t = tensor_of[i];
-      switch (p.kind) {
-        case KernelParam::Kind::Pointer:
-          args.set_pointer(i, tensors[static_cast<std::size_t>(t)].data_ptr());
+      const auto k = static_cast<std::size_t>(roles[i].index);
+      switch (roles[i].kind) {
+        case Kind::Pointer: args.set_pointer(i, tensors[k].data_ptr()); break;
+        case Kind::Strides: args.set_dims(i, strides[k]); break;
+        case Kind::Shape: args.set_dims(i, shape); break;
+        case Kind::ShapeDivisors:  // Note [Divisors as multipliers]
+          args.set_dims(i, packed_divisors(shape));
           break;
-        case KernelParam::Kind::Int64:
-          if (t >= 0) {
-            args.set_int(i, group_->spec.scalars[static_cast<std::size_t>(t)].i);
-            break;
-          }
-          MB_ASSERT(p.name == "numel", "unexpected kernel parameter ", p.name);
-          args.set_int(i, numel);
+        case Kind::Numel: args.set_int(i, numel); break;
+        case Kind::Period: args.set_int(i, periods.at(k)); break;  // Note [Periodic operands]
+        case Kind::PeriodDivisor: args.set_int(i, packed_divisors({periods.at(k)})[0]); break;
+        case Kind::Scalar: {  // Note [Scalars as kernel arguments]
+          const PwScalar& scalar = group_->spec.scalars[k];
+          if (entry.params[i].kind == KernelParam::Kind::Float64)
+            args.set_double(i, scalar.f);
+          else
+            args.set_int(i, scalar.i);
           break;
-        case KernelParam::Kind::Dims:
-          if (t == kShapeDivisors) {  // Note [Divisors as multipliers]
-            args.set_dims(i, packed_divisors(shape));
-            break;
-          }
-          args.set_dims(i, t < 0 ? shape : strides[static_cast<std::size_t>(t)]);
-          break;
-        case KernelParam::Kind::Float64:  // Note [Scalars as kernel arguments]
-          MB_ASSERT(t >= 0, "unexpected kernel parameter ", p.name);
-          args.set_double(i, group_->spec.scalars[static_cast<std::size_t>(t)].f);
-          break;
-        case KernelParam::Kind::Bytes:
-          MB_ASSERT(false, "pointwise groups take no struct arguments, got ", p.name);
+        }
       }
     }
     const DeviceModules::Loaded& l = modules_.on(device_index, v);
@@ -203,7 +222,8 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     launch_on_stream(l, l.functions[0], blocks, entry, args, device_index);
   }
 
-  std::vector<std::vector<int>> parameter_tensors_;  // per variant
+  std::vector<std::vector<ParamRole>> parameter_roles_;  // per variant
+  int vector_width_;  // the fast variant's, which a Periodic tensor's period is a multiple of
 };
 
 }  // namespace
