@@ -136,9 +136,12 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (spec.inputs[k].mode != IndexMode::Periodic) continue;
     const std::string n = "in" + std::to_string(k);
-    param("const long long period_" + n, {KernelParam::Kind::Int64, "period_" + n});
-    if (layout.periodic_divisors)
-      param("const long long period_div_" + n, {KernelParam::Kind::Int64, "period_div_" + n});
+    for (const std::string part : {"period_", "block_"}) {
+      param("const long long " + part + n, {KernelParam::Kind::Int64, part + n});
+      if (layout.periodic_divisors)
+        param("const long long " + part + "div_" + n,
+              {KernelParam::Kind::Int64, part + "div_" + n});
+    }
   }
   auto strides = [&](const TensorArg& t, const std::string& n) {
     if (t.mode != IndexMode::Strided || t.rank == 0) return;
@@ -156,14 +159,17 @@ std::string offset_of(const TensorArg& t, const std::string& n) {
   return t.mode == IndexMode::Strided || t.mode == IndexMode::Periodic ? "off_" + n : "i";
 }
 
-// Declares off_<n>, `linear` mod the period of Periodic input `n`.
+// Declares off_<n>, where Periodic input `n` holds element `linear`:
+// linear mod period + (linear div block) * period.
 std::string periodic_offset(const Layout& layout, const std::string& n, const std::string& linear,
                             const std::string& indent) {
+  auto quotient = [&](const std::string& part) {
+    return layout.periodic_divisors ? "mb::fast_div(" + linear + ", " + part + "div_" + n + ")"
+                                    : "(" + linear + ") / static_cast<I>(" + part + n + ")";
+  };
   const std::string period = "static_cast<I>(period_" + n + ")";
-  const std::string quotient = layout.periodic_divisors
-                                   ? "mb::fast_div(" + linear + ", period_div_" + n + ")"
-                                   : "(" + linear + ") / " + period;
-  return indent + "const I off_" + n + " = " + linear + " - " + quotient + " * " + period + ";\n";
+  return indent + "const I off_" + n + " = " + linear + " + (" + quotient("block_") + " - " +
+         quotient("period_") + ") * " + period + ";\n";
 }
 
 std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {

@@ -228,9 +228,9 @@ bool dense_in_order(const TensorType& type, const std::vector<int>& order) {
   return true;
 }
 
-std::int64_t static_period(const TensorType& input, const TensorType& walk,
-                           const std::vector<int>& order) {
-  if (!static_layout(input) || !static_layout(walk) || input.rank() > walk.rank()) return 0;
+PeriodicLayout static_periodic_layout(const TensorType& input, const TensorType& walk,
+                                      const std::vector<int>& order) {
+  if (!static_layout(input) || !static_layout(walk) || input.rank() > walk.rank()) return {};
   const std::size_t rank = walk.sizes.size();
   const std::size_t lead = rank - input.sizes.size();
   std::vector<std::int64_t> shape(rank), strides(rank, 0);
@@ -238,7 +238,7 @@ std::int64_t static_period(const TensorType& input, const TensorType& walk,
     shape[d] = walk.sizes[d].static_value();
     if (d < lead) continue;
     const std::int64_t size = input.sizes[d - lead].static_value();
-    if (size != 1 && size != shape[d]) return 0;
+    if (size != 1 && size != shape[d]) return {};
     strides[d] = size == 1 ? 0 : input.strides[d - lead].static_value();
   }
   if (!order.empty()) {
@@ -250,7 +250,7 @@ std::int64_t static_period(const TensorType& input, const TensorType& walk,
     shape.swap(walked_shape);
     strides.swap(walked_strides);
   }
-  return periodic_period(shape, strides);
+  return periodic_layout(shape, strides);
 }
 
 std::string shape_key(const TensorType& type) {
@@ -378,7 +378,7 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (spec.inputs[k].mode != IndexMode::Strided) continue;
     const std::int64_t period =
-        static_period(graph_.value(group->inputs[k]).tensor, shape, group->order);
+        static_periodic_layout(graph_.value(group->inputs[k]).tensor, shape, group->order).period;
     if (period > 1 && period % vector_width == 0)
       spec.inputs[k] = TensorArg{spec.inputs[k].dtype, IndexMode::Periodic, 0};
   }

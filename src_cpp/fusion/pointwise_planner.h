@@ -129,23 +129,26 @@ bool dense_in_order(const TensorType& type, const std::vector<int>& order);
 
 // Note [Periodic operands]
 // A batch norm's per-channel operands beside channels-last activations, a
-// bias over the last dim, a table broadcast over the batch: in the kernel's
-// walk such an input is dense over the innermost dims and repeats over the
-// rest, so element i is at i mod P. As a Strided input it costs, per
-// vector, a coordinate peeled off per kept dim, and a run-time choice among
-// three loads (one vector, one broadcast element, element by element) that
-// keeps the compiler from scheduling across it: a batch-1 batch norm +
-// ReLU kernel took 2.5 us on an H200 where the same kernel without the
-// per-channel operands took 1.4. When the input's static layout has that
-// form in the walk's order, with P > 1 a multiple of the vector width, the
-// fast variant reads it as IndexMode::Periodic: one 32-bit division by P
-// (a multiplier, Note [Divisors as multipliers]) and one 16-byte load. The
-// launch checks each call's tensor (the same form, P a multiple of the
-// width, 16-byte aligned) and runs the general variant when it does not.
+// bias over the last dim, a squeeze-excitation gate [N, C] over a
+// channels-last [N, H, W, C]: in the kernel's walk such an input is dense
+// over the innermost dims and repeats over the next ones, so element i is at
+// i mod P + (i div B) * P (PeriodicLayout in spec/kernel_spec.h). As a
+// Strided input it costs, per vector, a coordinate peeled off per kept dim,
+// and a run-time choice among three loads (one vector, one broadcast
+// element, element by element) that keeps the compiler from scheduling
+// across it: a batch-1 batch norm + ReLU kernel took 2.5 us on an H200
+// where the same kernel without the per-channel operands took 1.4 (1.8 as
+// Periodic). When the input's static layout has that form in the walk's
+// order, with P > 1 a multiple of the vector width, the fast variant reads
+// it as IndexMode::Periodic: two 32-bit divisions (multipliers, Note
+// [Divisors as multipliers]) and one 16-byte load. The launch checks each
+// call's tensor (the same form, P a multiple of the width, 16-byte aligned)
+// and runs the general variant when it does not.
 //
-// P for `input` walked over `walk`'s shape in `order` (empty: logical),
-// numpy-broadcast, when its static layout has that form; else 0.
-std::int64_t static_period(const TensorType& input, const TensorType& walk,
-                           const std::vector<int>& order);
+// The layout of `input` walked over `walk`'s shape in `order` (empty:
+// logical), numpy-broadcast, when its static layout is periodic; else
+// period 0.
+PeriodicLayout static_periodic_layout(const TensorType& input, const TensorType& walk,
+                                      const std::vector<int>& order);
 
 }  // namespace mybackend

@@ -33,19 +33,32 @@ int pointwise_vector_width(const PointwiseSpec& spec) {
   return pointwise_vector_width(dtypes);
 }
 
-std::int64_t periodic_period(const std::vector<std::int64_t>& shape,
-                             const std::vector<std::int64_t>& strides) {
-  std::int64_t period = 1;
-  std::size_t d = shape.size();
-  for (; d-- > 0;) {  // the dense innermost dims
-    if (shape[d] == 1) continue;
-    if (strides[d] != period) break;
-    period *= shape[d];
+PeriodicLayout periodic_layout(const std::vector<std::int64_t>& shape,
+                               const std::vector<std::int64_t>& strides) {
+  // From the innermost dim out: dense dims (the period), broadcast dims (the
+  // rest of the block), then dense rows of one period each.
+  enum class Part { Period, Block, Rows } part = Part::Period;
+  PeriodicLayout layout{1, 1};
+  std::int64_t repeats = 1, rows = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const std::int64_t size = shape[d], stride = strides[d];
+    if (size == 1) continue;
+    if (part == Part::Period && stride == layout.period) {
+      layout.period *= size;
+    } else if (part != Part::Rows && stride == 0) {
+      part = Part::Block;
+      repeats *= size;
+    } else if (part == Part::Block && stride == layout.period * rows) {
+      part = Part::Rows;
+      rows *= size;
+    } else if (part == Part::Rows && stride == layout.period * rows) {
+      rows *= size;
+    } else {
+      return {};
+    }
   }
-  for (d = d + 1; d-- > 0;) {  // then broadcast over the rest
-    if (shape[d] != 1 && strides[d] != 0) return 0;
-  }
-  return period;
+  layout.block = layout.period * repeats;
+  return layout;
 }
 
 std::string_view reduce_op_name(ReduceOp op) {

@@ -41,12 +41,13 @@ enum class IndexMode : std::int8_t {
   // stride 0 broadcasts. A tensor of rank r < the iteration rank R lines up
   // with the last r dims (numpy broadcasting).
   Strided,
-  // At ptr[i mod period], 16-byte aligned, period a multiple of the
-  // kernel's vector width: a tensor repeated over the leading dims of the
-  // iteration space and dense within one period (a per-channel operand
-  // beside channels-last activations, a bias over the last dim). The period
-  // is a kernel argument. Pointwise inputs of the 32-bit variant only (Note
-  // [Periodic operands] in fusion/pointwise_planner.h).
+  // At ptr[i mod period + (i div block) * period] (PeriodicLayout), 16-byte
+  // aligned, period a multiple of the kernel's vector width: a tensor dense
+  // over the innermost dims of the iteration space, repeated over the next
+  // ones (a per-channel operand beside channels-last activations, a bias
+  // over the last dim, a squeeze-excitation gate). Period and block are
+  // kernel arguments. Pointwise inputs only (Note [Periodic operands] in
+  // fusion/pointwise_planner.h).
   Periodic,
 };
 
@@ -158,13 +159,23 @@ struct PointwiseSpec {
 // pointwise_vector_width of the spec's inputs and outputs.
 int pointwise_vector_width(const PointwiseSpec& spec);
 
-// P when the tensor whose `strides` walk `shape` (one stride per dim, in the
-// walk's order) holds the walk's element i at offset i mod P: dense over
-// some innermost dims, whose sizes multiply to P, and stride 0 over every
-// outer dim (size-1 dims ignored). 0 when it does not (Note [Periodic
+// Where a Periodic tensor holds the walk's element i: at
+// i mod period + (i div block) * period. The tensor is dense over the walk's
+// innermost dims (their sizes multiply to `period`), repeated over the next
+// (stride 0; `block` is period times their sizes) and dense again, rows of
+// `period`, over the outermost: a per-channel operand of a channels-last
+// walk repeats over H and W for the whole walk (block = numel), a
+// squeeze-excitation gate [N, C] over [N, H, W, C] for each image.
+struct PeriodicLayout {
+  std::int64_t period = 0;  // 0: the tensor is not periodic in the walk
+  std::int64_t block = 0;
+};
+
+// The layout of the tensor whose `strides` walk `shape` (one stride per dim,
+// in the walk's order; size-1 dims ignored), or period 0 (Note [Periodic
 // operands] in fusion/pointwise_planner.h).
-std::int64_t periodic_period(const std::vector<std::int64_t>& shape,
-                             const std::vector<std::int64_t>& strides);
+PeriodicLayout periodic_layout(const std::vector<std::int64_t>& shape,
+                               const std::vector<std::int64_t>& strides);
 
 // Note [Scalars as kernel arguments]
 // A pointwise kernel's fp32/fp64 scalars other than 0, 1 and -1 become

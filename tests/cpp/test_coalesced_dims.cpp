@@ -99,24 +99,69 @@ TEST(CoalescedDims, ASingleElementIsLeftAsItIs) {
 // The kernel's quotient equals n / d for divisors and dividends at the
 // edges (powers of two and their neighbours, the largest 32-bit index) and
 // at random; the remainder follows from it.
-// Note [Periodic operands]: element i at i mod P.
-TEST(PeriodicPeriod, PerChannelAndPerRowOperandsRepeat) {
-  // [N, H, W, C] walk, a per-channel operand: period C.
-  EXPECT_EQ(periodic_period({2, 5, 5, 16}, {0, 0, 0, 1}), 16);
-  // A [S, H] table broadcast over the batch of a [B, S, H] walk: period S * H.
-  EXPECT_EQ(periodic_period({4, 3, 8}, {0, 8, 1}), 24);
-  // Size-1 dims are skipped whatever their strides; a dense tensor is one period.
-  EXPECT_EQ(periodic_period({4, 1, 8}, {0, 99, 1}), 8);
-  EXPECT_EQ(periodic_period({4, 8}, {8, 1}), 32);
-  // A broadcast scalar repeats every element.
-  EXPECT_EQ(periodic_period({4, 8}, {0, 0}), 1);
+// Note [Periodic operands]: element i at i mod period + (i div block) * period.
+void expect_layout(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& strides,
+                   std::int64_t period, std::int64_t block) {
+  const PeriodicLayout layout = periodic_layout(shape, strides);
+  EXPECT_EQ(layout.period, period);
+  if (period > 0) EXPECT_EQ(layout.block, block);
 }
 
-TEST(PeriodicPeriod, OtherLayoutsHaveNone) {
-  EXPECT_EQ(periodic_period({4, 8}, {1, 0}), 0);        // a column broadcast
-  EXPECT_EQ(periodic_period({4, 8}, {1, 4}), 0);        // transposed
-  EXPECT_EQ(periodic_period({4, 3, 8}, {8, 0, 1}), 0);  // broadcast between dense dims
-  EXPECT_EQ(periodic_period({4, 8}, {0, 2}), 0);        // a gap within the row
+TEST(PeriodicLayout, OperandsThatRepeatOverTheWholeWalk) {
+  // [N, H, W, C] walk, a per-channel operand: period C, one block.
+  expect_layout({2, 5, 5, 16}, {0, 0, 0, 1}, 16, 2 * 5 * 5 * 16);
+  // A [S, H] table broadcast over the batch of a [B, S, H] walk: period S * H.
+  expect_layout({4, 3, 8}, {0, 8, 1}, 24, 96);
+  // Size-1 dims are skipped whatever their strides; a dense tensor is one period.
+  expect_layout({4, 1, 8}, {0, 99, 1}, 8, 32);
+  expect_layout({4, 8}, {8, 1}, 32, 32);
+  // A broadcast scalar repeats every element.
+  expect_layout({4, 8}, {0, 0}, 1, 32);
+}
+
+TEST(PeriodicLayout, OperandsThatRepeatWithinRows) {
+  // A squeeze-excitation gate [N, C] over a channels-last [N, H, W, C] walk.
+  expect_layout({2, 5, 5, 16}, {16, 0, 0, 1}, 16, 5 * 5 * 16);
+  // Broadcast between dense dims; a column broadcast (period 1).
+  expect_layout({4, 3, 8}, {8, 0, 1}, 8, 24);
+  expect_layout({4, 8}, {1, 0}, 1, 8);
+}
+
+TEST(PeriodicLayout, OtherLayoutsHaveNone) {
+  expect_layout({4, 8}, {1, 4}, 0, 0);         // transposed
+  expect_layout({4, 8}, {0, 2}, 0, 0);         // a gap within the row
+  expect_layout({2, 4, 8}, {64, 0, 1}, 0, 0);  // rows with gaps between them
+  expect_layout({2, 4, 8}, {0, 8, 0}, 0, 0);   // broadcast innermost, then dense
+  expect_layout({3, 4, 8}, {8, 0, 1}, 8, 32);  // rows after the block: fine
+}
+
+// Every layout periodic_layout accepts puts element i where the strides do.
+TEST(PeriodicLayout, AgreesWithTheStrides) {
+  const std::vector<std::vector<std::int64_t>> shapes = {{2, 3, 4, 8}, {3, 1, 5, 4}};
+  for (const auto& shape : shapes) {
+    for (int mask = 0; mask < 16; ++mask) {  // which dims broadcast
+      std::vector<std::int64_t> strides(shape.size(), 0);
+      std::int64_t next = 1;
+      for (std::size_t d = shape.size(); d-- > 0;) {
+        if (mask & (1 << d)) continue;
+        strides[d] = next;
+        next *= shape[d];
+      }
+      const PeriodicLayout layout = periodic_layout(shape, strides);
+      if (layout.period == 0) continue;
+      std::int64_t numel = 1;
+      for (std::int64_t s : shape) numel *= s;
+      for (std::int64_t i = 0; i < numel; ++i) {
+        std::int64_t rem = i, offset = 0;
+        for (std::size_t d = shape.size(); d-- > 0;) {
+          offset += (rem % shape[d]) * strides[d];
+          rem /= shape[d];
+        }
+        ASSERT_EQ(i % layout.period + (i / layout.block) * layout.period, offset)
+            << "mask " << mask << " element " << i;
+      }
+    }
+  }
 }
 
 TEST(FastDivisors, QuotientsAreExactBelowTwoToThe31) {

@@ -342,6 +342,7 @@ TEST(CodegenPointwise, PeriodicInputsAreVectorsAtTheirOffset) {
   EXPECT_EQ(std::count(params.begin(), params.end(), "stride_in1"), 0);
   EXPECT_EQ(std::count(params.begin(), params.end(), "period_in4"), 1);
   EXPECT_EQ(std::count(params.begin(), params.end(), "period_div_in4"), 1);
+  EXPECT_EQ(std::count(params.begin(), params.end(), "block_div_in4"), 1);
   EXPECT_EQ(kernel.entries[0].elements_per_thread, 8);
   PointwiseSpec wide = spec;
   wide.index64 = true;

@@ -233,6 +233,10 @@ def _periodic_case(case: str, dtype: torch.dtype) -> tuple[Callable[..., Any], l
         x = torch.randn(2, 64, 7, 7, device="cuda", dtype=dtype)
         x = x.to(memory_format=torch.channels_last)
         other = torch.randn(1, 64, 1, 1, device="cuda")
+    elif case == "se_gate":  # a gate per image and channel, over channels-last
+        x = torch.randn(2, 64, 7, 7, device="cuda", dtype=dtype)
+        x = x.to(memory_format=torch.channels_last)
+        other = torch.randn(2, 64, 1, 1, device="cuda")
     elif case == "row_bias":
         x = torch.randn(6, 40, device="cuda", dtype=dtype)
         other = torch.randn(40, device="cuda")
@@ -247,7 +251,7 @@ def _periodic_case(case: str, dtype: torch.dtype) -> tuple[Callable[..., Any], l
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("case", ["per_channel", "row_bias", "table_over_batch"])
+@pytest.mark.parametrize("case", ["per_channel", "se_gate", "row_bias", "table_over_batch"])
 def test_periodic_operands(case: str, dtype: torch.dtype) -> None:
     """Note [Periodic operands]: an operand repeating along the walk is read at
     i mod period; a call whose operand is not 16-byte aligned runs the

@@ -288,6 +288,27 @@ def test_channels_last_groups_walk_memory_order() -> None:
 
 
 @pytest.mark.parametrize(
+    ("other_shape", "mode"),
+    [((1, 8, 1, 1), "periodic"), ((2, 8, 1, 1), "periodic"), ((2, 1, 5, 6), "strided rank=4")],
+    ids=["per_channel", "se_gate", "per_pixel"],
+)
+def test_operands_repeating_along_the_walk_are_periodic(
+    other_shape: tuple[int, ...], mode: str
+) -> None:
+    """Note [Periodic operands]: over a channels-last walk a per-channel
+    operand and a gate per image and channel repeat (dense over C); a
+    per-pixel operand does not."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(2, 8, 5, 6, dtype=torch.bfloat16, device="cuda")
+        x = x.contiguous(memory_format=torch.channels_last)
+        other = torch.empty(other_shape, device="cuda")
+    fn = lambda x, o: torch.relu(x.float() * o).to(torch.bfloat16)  # noqa: E731
+    lowered = lower(make_fx(fn, tracing_mode="fake")(x, other), [])
+    (kernel,) = _C.compile(lowered.graph, {"generated_kernels": True}, None).report()["kernels"]
+    assert f"in1 f32 {mode}" in kernel["spec"], kernel["spec"]
+
+
+@pytest.mark.parametrize(
     ("source", "target"), [(torch.bfloat16, F32), (F32, torch.bfloat16), (torch.float16, F32)]
 )
 def test_a_lone_dtype_cast_is_generated(source: torch.dtype, target: torch.dtype) -> None:

@@ -50,7 +50,9 @@ struct ParamRole {
     Numel,
     Scalar,
     Period,
-    PeriodDivisor
+    PeriodDivisor,
+    Block,
+    BlockDivisor
   };
   Kind kind = Kind::Numel;
   int index = -1;  // the tensor or the scalar
@@ -82,6 +84,10 @@ std::vector<ParamRole> parameter_roles(const KernelEntry& entry, std::size_t n_i
       out.push_back({Kind::PeriodDivisor, tensor_of(n.substr(11))});
     } else if (starts(n, "period_")) {
       out.push_back({Kind::Period, tensor_of(n.substr(7))});
+    } else if (starts(n, "block_div_")) {
+      out.push_back({Kind::BlockDivisor, tensor_of(n.substr(10))});
+    } else if (starts(n, "block_")) {
+      out.push_back({Kind::Block, tensor_of(n.substr(6))});
     } else if (starts(n, "stride_")) {
       out.push_back({Kind::Strides, tensor_of(n.substr(7))});
     } else {
@@ -105,14 +111,14 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
  private:
   bool has_fast() const { return variants_.size() > 1; }
 
-  // The fast variant's assumptions, on this call's tensors; `periods` gets
-  // each Periodic tensor's period (Note [Periodic operands]).
+  // The fast variant's assumptions, on this call's tensors; `periodic` gets
+  // each Periodic tensor's layout (Note [Periodic operands]).
   bool fast_fits(const std::vector<at::Tensor>& tensors, const std::vector<TensorArg>& args,
                  const std::vector<std::vector<std::int64_t>>& strides,
                  const std::vector<std::int64_t>& shape, std::int64_t numel,
-                 std::vector<std::int64_t>& periods) const {
+                 std::vector<PeriodicLayout>& periodic) const {
     if (!group_->spec.index64 && numel >= kIndex32Limit) return false;
-    periods.assign(tensors.size(), 0);
+    periodic.assign(tensors.size(), PeriodicLayout{});
     for (std::size_t k = 0; k < tensors.size(); ++k) {
       const at::Tensor& t = tensors[k];
       if (args[k].mode == IndexMode::Strided) {
@@ -120,8 +126,9 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
         continue;
       }
       if (args[k].mode == IndexMode::Periodic) {
-        periods[k] = periodic_period(shape, strides[k]);
-        if (periods[k] <= 1 || periods[k] % vector_width_ != 0 || !aligned16(t)) return false;
+        periodic[k] = periodic_layout(shape, strides[k]);
+        const std::int64_t period = periodic[k].period;
+        if (period <= 1 || period % vector_width_ != 0 || !aligned16(t)) return false;
         continue;
       }
       // Dense in the walk's order (Note [Iteration order] in pointwise_planner.h).
@@ -173,9 +180,9 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       std::vector<TensorArg> args;
       for (const auto& t : g.spec.inputs) args.push_back(t);
       for (const auto& o : g.spec.outputs) args.push_back(o.tensor);
-      std::vector<std::int64_t> periods;
-      const bool fast = has_fast() && fast_fits(tensors, args, strides, *shape, numel, periods);
-      launch_variant(fast ? 0 : variants_.size() - 1, tensors, strides, *shape, numel, periods,
+      std::vector<PeriodicLayout> periodic;
+      const bool fast = has_fast() && fast_fits(tensors, args, strides, *shape, numel, periodic);
+      launch_variant(fast ? 0 : variants_.size() - 1, tensors, strides, *shape, numel, periodic,
                      device.index());
     }
     for (std::size_t k = 0; k < g.outputs.size(); ++k) {
@@ -187,7 +194,7 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
   void launch_variant(std::size_t v, const std::vector<at::Tensor>& tensors,
                       const std::vector<std::vector<std::int64_t>>& strides,
                       const std::vector<std::int64_t>& shape, std::int64_t numel,
-                      const std::vector<std::int64_t>& periods, int device_index) const {
+                      const std::vector<PeriodicLayout>& periodic, int device_index) const {
     using Kind = ParamRole::Kind;
     const KernelEntry& entry = variants_[v].kernel.entries[0];
     const std::vector<ParamRole>& roles = parameter_roles_[v];
@@ -202,8 +209,13 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
           args.set_dims(i, packed_divisors(shape));
           break;
         case Kind::Numel: args.set_int(i, numel); break;
-        case Kind::Period: args.set_int(i, periods.at(k)); break;  // Note [Periodic operands]
-        case Kind::PeriodDivisor: args.set_int(i, packed_divisors({periods.at(k)})[0]); break;
+        // Note [Periodic operands]
+        case Kind::Period: args.set_int(i, periodic.at(k).period); break;
+        case Kind::PeriodDivisor:
+          args.set_int(i, packed_divisors({periodic.at(k).period})[0]);
+          break;
+        case Kind::Block: args.set_int(i, periodic.at(k).block); break;
+        case Kind::BlockDivisor: args.set_int(i, packed_divisors({periodic.at(k).block})[0]); break;
         case Kind::Scalar: {  // Note [Scalars as kernel arguments]
           const PwScalar& scalar = group_->spec.scalars[k];
           if (entry.params[i].kind == KernelParam::Kind::Float64)
