@@ -78,7 +78,7 @@ Layout layout_of(const PointwiseSpec& spec) {
     visit(t);
     inputs_vectorizable = inputs_vectorizable && t.mode != IndexMode::Contiguous;
     strided_input = strided_input || t.mode == IndexMode::Strided;
-    layout.periodic = layout.periodic || t.mode == IndexMode::Periodic;
+    layout.periodic = layout.periodic || is_periodic(t.mode);
   }
   for (const auto& o : spec.outputs) {
     visit(o.tensor);
@@ -134,9 +134,11 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
     param(emit::dims_param(spec.rank, "shape_div"),
           {KernelParam::Kind::Dims, "shape_div", spec.rank});
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (spec.inputs[k].mode != IndexMode::Periodic) continue;
+    if (!is_periodic(spec.inputs[k].mode)) continue;
     const std::string n = "in" + std::to_string(k);
+    const bool rows = spec.inputs[k].mode == IndexMode::PeriodicRows;
     for (const std::string part : {"period_", "block_"}) {
+      if (part == "block_" && !rows) continue;
       param("const long long " + part + n, {KernelParam::Kind::Int64, part + n});
       if (layout.periodic_divisors)
         param("const long long " + part + "div_" + n,
@@ -156,18 +158,21 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
 
 // The offset expression of tensor `n` at flat index i.
 std::string offset_of(const TensorArg& t, const std::string& n) {
-  return t.mode == IndexMode::Strided || t.mode == IndexMode::Periodic ? "off_" + n : "i";
+  return t.mode == IndexMode::Strided || is_periodic(t.mode) ? "off_" + n : "i";
 }
 
-// Declares off_<n>, where Periodic input `n` holds element `linear`:
-// linear mod period + (linear div block) * period.
-std::string periodic_offset(const Layout& layout, const std::string& n, const std::string& linear,
-                            const std::string& indent) {
+// Declares off_<n>, where periodic input `n` holds element `linear`:
+// linear mod period, + (linear div block) * period with rows.
+std::string periodic_offset(const Layout& layout, const TensorArg& t, const std::string& n,
+                            const std::string& linear, const std::string& indent) {
   auto quotient = [&](const std::string& part) {
     return layout.periodic_divisors ? "mb::fast_div(" + linear + ", " + part + "div_" + n + ")"
                                     : "(" + linear + ") / static_cast<I>(" + part + n + ")";
   };
   const std::string period = "static_cast<I>(period_" + n + ")";
+  if (t.mode == IndexMode::Periodic)
+    return indent + "const I off_" + n + " = " + linear + " - " + quotient("period_") + " * " +
+           period + ";\n";
   return indent + "const I off_" + n + " = " + linear + " + (" + quotient("block_") + " - " +
          quotient("period_") + ") * " + period + ";\n";
 }
@@ -242,8 +247,8 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
                      : "I(0)";
       src << "      mb::issue_strided<VEC>(in" << n << " + off_in" << n << ", " << inner << ", raw"
           << n << "[u]);\n";
-    } else if (t.mode == IndexMode::Periodic) {
-      src << periodic_offset(layout, "in" + n, "v * VEC", "      ")
+    } else if (is_periodic(t.mode)) {
+      src << periodic_offset(layout, t, "in" + n, "v * VEC", "      ")
           << "      mb::load_stored<VEC>(in" << n << " + off_in" << n << ", raw" << n << "[u]);\n";
     } else {
       src << "      mb::load_stored<VEC>(in" << n << " + v * VEC, raw" << n << "[u]);\n";
@@ -297,8 +302,8 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
     src << emit::strided_offsets(strided_tensors(spec), spec.rank, "shape", "i", "    ",
                                  layout.fast_divisors ? "shape_div" : "");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (used[k] && spec.inputs[k].mode == IndexMode::Periodic)
-      src << periodic_offset(layout, "in" + std::to_string(k), "i", "    ");
+    if (used[k] && is_periodic(spec.inputs[k].mode))
+      src << periodic_offset(layout, spec.inputs[k], "in" + std::to_string(k), "i", "    ");
   }
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string n = "in" + std::to_string(k);

@@ -377,10 +377,15 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   const int vector_width = pointwise_vector_width(spec);
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (spec.inputs[k].mode != IndexMode::Strided) continue;
-    const std::int64_t period =
-        static_periodic_layout(graph_.value(group->inputs[k]).tensor, shape, group->order).period;
-    if (period > 1 && period % vector_width == 0)
-      spec.inputs[k] = TensorArg{spec.inputs[k].dtype, IndexMode::Periodic, 0};
+    const PeriodicLayout periodic =
+        static_periodic_layout(graph_.value(group->inputs[k]).tensor, shape, group->order);
+    if (periodic.period > 1 && periodic.period % vector_width == 0) {
+      std::int64_t numel = 1;  // static: the layout has a period
+      for (const Dim& d : shape.sizes) numel *= d.static_value();
+      const bool rows = periodic.block != numel;
+      spec.inputs[k] =
+          TensorArg{spec.inputs[k].dtype, rows ? IndexMode::PeriodicRows : IndexMode::Periodic, 0};
+    }
   }
   spec.index64 = false;
   // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).

@@ -16,6 +16,7 @@ std::string_view index_mode_name(IndexMode mode) {
     case IndexMode::Contiguous: return "contiguous";
     case IndexMode::Strided: return "strided";
     case IndexMode::Periodic: return "periodic";
+    case IndexMode::PeriodicRows: return "periodic_rows";
   }
   return "?";
 }

@@ -41,17 +41,25 @@ enum class IndexMode : std::int8_t {
   // stride 0 broadcasts. A tensor of rank r < the iteration rank R lines up
   // with the last r dims (numpy broadcasting).
   Strided,
-  // At ptr[i mod period + (i div block) * period] (PeriodicLayout), 16-byte
-  // aligned, period a multiple of the kernel's vector width: a tensor dense
-  // over the innermost dims of the iteration space, repeated over the next
-  // ones (a per-channel operand beside channels-last activations, a bias
-  // over the last dim, a squeeze-excitation gate). Period and block are
-  // kernel arguments. Pointwise inputs only (Note [Periodic operands] in
+  // At ptr[i mod period] (PeriodicLayout: block is the walk's numel),
+  // 16-byte aligned, period a multiple of the kernel's vector width: a
+  // tensor dense over the innermost dims of the iteration space and repeated
+  // over all the others (a per-channel operand beside channels-last
+  // activations, a bias over the last dim). The period is a kernel argument.
+  // Pointwise inputs only (Note [Periodic operands] in
   // fusion/pointwise_planner.h).
   Periodic,
+  // The same with rows: at ptr[i mod period + (i div block) * period], dense
+  // again over the outermost dims (a squeeze-excitation gate [N, C] over a
+  // channels-last [N, H, W, C]). Period and block are kernel arguments.
+  PeriodicRows,
 };
 
 std::string_view index_mode_name(IndexMode mode);
+
+inline bool is_periodic(IndexMode mode) {
+  return mode == IndexMode::Periodic || mode == IndexMode::PeriodicRows;
+}
 
 // Elements per 16-byte access of a pointwise kernel whose tensors have
 // `dtypes`: its narrowest dtype decides (8 at most).

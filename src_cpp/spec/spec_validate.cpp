@@ -25,7 +25,7 @@ std::string check_tensor(const TensorArg& t, int rank, const std::string& what,
                          bool periodic_allowed = false) {
   if (!codegen_supports_dtype(t.dtype))
     return what + ": dtype " + name(t.dtype) + " is not supported";
-  if (t.mode == IndexMode::Periodic && !periodic_allowed)
+  if (is_periodic(t.mode) && !periodic_allowed)
     return what + ": only a pointwise input may be periodic";
   if (t.mode == IndexMode::Strided && (t.rank < 0 || t.rank > rank)) {
     return what + ": strided rank " + std::to_string(t.rank) + " outside [0, " +

@@ -342,14 +342,22 @@ TEST(CodegenPointwise, PeriodicInputsAreVectorsAtTheirOffset) {
   EXPECT_EQ(std::count(params.begin(), params.end(), "stride_in1"), 0);
   EXPECT_EQ(std::count(params.begin(), params.end(), "period_in4"), 1);
   EXPECT_EQ(std::count(params.begin(), params.end(), "period_div_in4"), 1);
-  EXPECT_EQ(std::count(params.begin(), params.end(), "block_div_in4"), 1);
+  EXPECT_EQ(std::count(params.begin(), params.end(), "block_div_in4"), 0);
+  PointwiseSpec rows = spec;
+  rows.inputs[4] = tensor(DType::BFloat16, IndexMode::PeriodicRows, 0);
+  const EmittedKernel rows_kernel = emit_pointwise(rows);
+  std::vector<std::string> row_params;
+  for (const auto& p : rows_kernel.entries[0].params) row_params.push_back(p.name);
+  EXPECT_EQ(std::count(row_params.begin(), row_params.end(), "block_div_in4"), 1);
+  EXPECT_EQ(std::count(row_params.begin(), row_params.end(), "block_div_in3"), 0);
   EXPECT_EQ(kernel.entries[0].elements_per_thread, 8);
   PointwiseSpec wide = spec;
   wide.index64 = true;
   const EmittedKernel wide_kernel = emit_pointwise(wide);
   for (const auto& p : wide_kernel.entries[0].params) EXPECT_NE(p.name, "period_div_in1");
-  const auto outcomes = compile_all({{"periodic", kernel}, {"periodic index64", wide_kernel}});
-  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok());
+  const auto outcomes = compile_all(
+      {{"periodic", kernel}, {"periodic index64", wide_kernel}, {"periodic rows", rows_kernel}});
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok() && outcomes[2].ok());
   const std::string& ptx = outcomes[0].kernel->image;
   const std::regex load(k16ByteLoad);
   EXPECT_EQ(

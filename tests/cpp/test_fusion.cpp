@@ -203,9 +203,25 @@ std::string broadcast_add_spec(std::int64_t width, const std::vector<std::int64_
 TEST(FusionPlan, BroadcastRowsArePeriodic) {
   const std::string spec = broadcast_add_spec(8, {8});
   EXPECT_NE(spec.find("in0 f32 aligned"), std::string::npos) << spec;
-  EXPECT_NE(spec.find("in1 f32 periodic"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("in1 f32 periodic\n"), std::string::npos) << spec;
   EXPECT_NE(spec.find("gelu_tanh"), std::string::npos) << spec;
-  EXPECT_NE(broadcast_add_spec(8, {1, 8}).find("in1 f32 periodic"), std::string::npos);
+  EXPECT_NE(broadcast_add_spec(8, {1, 8}).find("in1 f32 periodic\n"), std::string::npos);
+}
+
+// A [4, 8] operand over a [4, 3, 8] walk repeats within each row of 3 x 8.
+TEST(FusionPlan, BroadcastsBetweenDenseDimsArePeriodicRows) {
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {4, 3, 8});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId y = b.add_input(out(tensor(DType::Float32, {4, 1, 8}), "gate"));
+  ValueId s = b.add_node(NodeKind::Aten, "aten::mul.Tensor", {v(x), v(y)}, {out(t)}, "mul")[0];
+  ValueId r = b.add_node(NodeKind::Aten, "aten::relu.default", {v(s)}, {out(t)}, "relu")[0];
+  b.set_outputs({v(r)});
+  Planned p = plan(b);
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 1u);
+  EXPECT_NE(pointwise[0]->spec.find("in1 f32 periodic_rows"), std::string::npos)
+      << pointwise[0]->spec;
 }
 
 // A column broadcast does not repeat in the walk's order, and a row of 6

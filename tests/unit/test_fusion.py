@@ -283,21 +283,25 @@ def test_channels_last_groups_walk_memory_order() -> None:
         (kernel,) = compiled.report()["kernels"]
         assert ("walked in memory order" in kernel["why"]) == walked, kernel["why"]
         assert "in0 bf16 aligned" in kernel["spec"] and "out0 bf16 aligned" in kernel["spec"]
-        per_channel = "in1 f32 periodic" if walked else "in1 f32 strided rank=4"
+        per_channel = "in1 f32 periodic\n" if walked else "in1 f32 strided rank=4"
         assert per_channel in kernel["spec"], kernel["spec"]
 
 
 @pytest.mark.parametrize(
     ("other_shape", "mode"),
-    [((1, 8, 1, 1), "periodic"), ((2, 8, 1, 1), "periodic"), ((2, 1, 5, 6), "strided rank=4")],
+    [
+        ((1, 8, 1, 1), "periodic\n"),
+        ((2, 8, 1, 1), "periodic_rows"),
+        ((2, 1, 5, 6), "strided rank=4"),
+    ],
     ids=["per_channel", "se_gate", "per_pixel"],
 )
 def test_operands_repeating_along_the_walk_are_periodic(
     other_shape: tuple[int, ...], mode: str
 ) -> None:
     """Note [Periodic operands]: over a channels-last walk a per-channel
-    operand and a gate per image and channel repeat (dense over C); a
-    per-pixel operand does not."""
+    operand repeats over the whole walk, a gate per image and channel within
+    each image (rows); a per-pixel operand does not repeat."""
     with FakeTensorMode(allow_non_fake_inputs=True):
         x = torch.empty(2, 8, 5, 6, dtype=torch.bfloat16, device="cuda")
         x = x.contiguous(memory_format=torch.channels_last)

@@ -125,10 +125,12 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
         if (!group_->spec.index64 && max_offset(shape, strides[k]) >= kIndex32Limit) return false;
         continue;
       }
-      if (args[k].mode == IndexMode::Periodic) {
+      if (is_periodic(args[k].mode)) {
         periodic[k] = periodic_layout(shape, strides[k]);
         const std::int64_t period = periodic[k].period;
         if (period <= 1 || period % vector_width_ != 0 || !aligned16(t)) return false;
+        // Periodic without rows: the one block is the whole walk.
+        if (args[k].mode == IndexMode::Periodic && periodic[k].block != numel) return false;
         continue;
       }
       // Dense in the walk's order (Note [Iteration order] in pointwise_planner.h).
