@@ -125,7 +125,7 @@ std::string take_norm_prologue(const GraphIndex& index,
     const bool dense = space_key(value.tensor) == rows && likely_contiguous(value.tensor);
     // Note [Softmax prologues with broadcast inputs]: read in place by its
     // strides, broadcast over x's shape.
-    if (softmax && !dense && rank >= 1 && value.tensor.rank() <= static_cast<std::size_t>(rank)) {
+    if (softmax && !dense && rank >= 1 && value.tensor.rank() <= static_cast<std::int64_t>(rank)) {
       in = TensorArg{in.dtype, IndexMode::Strided, rank};
       continue;
     }

@@ -669,14 +669,14 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     if (nodes.empty()) continue;  // merged into another
     if (auto c = claimed_of_group.find(static_cast<int>(gi)); c != claimed_of_group.end()) {
       for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-      units.push_back({nodes, nullptr, {}, c->second, nullptr, nullptr});
+      units.push_back({nodes, nullptr, {}, c->second, nullptr, nullptr, nullptr});
       continue;
     }
     std::string why;
     // Note [Tiled transposing copies]
     if (auto copy = plan_transposed_copy(index_, nodes, &why)) {
       for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-      units.push_back({nodes, nullptr, std::move(why), -1, nullptr, std::move(copy)});
+      units.push_back({nodes, nullptr, std::move(why), -1, nullptr, std::move(copy), nullptr});
       continue;
     }
     std::shared_ptr<const PointwiseGroup> built;
@@ -712,12 +712,12 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       continue;
     }
     for (NodeId n : nodes) unit_of[n] = static_cast<int>(units.size());
-    units.push_back({nodes, built, std::move(why), -1, nullptr, nullptr});
+    units.push_back({nodes, built, std::move(why), -1, nullptr, nullptr, nullptr});
   }
   for (NodeId n : partition_nodes) {
     if (unit_of.count(n)) continue;
     unit_of[n] = static_cast<int>(units.size());
-    units.push_back({{n}, nullptr, {}, -1, nullptr, nullptr});
+    units.push_back({{n}, nullptr, {}, -1, nullptr, nullptr, nullptr});
   }
   if (options_.generated_kernels) merge_cast_units(graph_, index_.producers, units);
 
