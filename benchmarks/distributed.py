@@ -403,6 +403,24 @@ def check_losses(result: Result, eager: Result | None, rtol: float) -> None:
     result.loss_ok = result.max_loss_rel_diff <= rtol
 
 
+def speedup_kept(results: list[Result]) -> dict[str, float]:
+    """Per compiled backend, its speedup over eager under DDP divided by its
+    speedup over eager in setup ``single`` (both measured in this run)."""
+    ms = {(r.setup, r.backend): r.ms_per_step for r in results if r.error is None}
+    kept: dict[str, float] = {}
+    for (setup, backend), ddp_ms in ms.items():
+        if setup != "ddp" or backend == "eager":
+            continue
+        single_ms, eager_single, eager_ddp = (
+            ms.get(("single", backend)),
+            ms.get(("single", "eager")),
+            ms.get(("ddp", "eager")),
+        )
+        if ddp_ms and single_ms and eager_single and eager_ddp:
+            kept[backend] = (eager_ddp / ddp_ms) / (eager_single / single_ms)
+    return kept
+
+
 def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str:
     """The table rank 0 prints: one row per setup and backend."""
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
@@ -436,6 +454,13 @@ def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str
         "floor c/e/m: per rank, mybackend's graphs that its eager floors run compiled, run"
         " eagerly or still measure ('-': no graph has a floor, e.g. on the CPU).",
     ]
+    kept = speedup_kept(results)
+    if kept:
+        lines += [
+            "",
+            "Share of the single-GPU speedup each backend keeps under DDP (issue 33: 0.95 or"
+            " more): " + ", ".join(f"{backend} {share:.2f}" for backend, share in kept.items()),
+        ]
     for r in results:
         for rank, floors in enumerate(r.floors):
             timed = {name: text for name, text in floors.items() if "ms per call" in text}

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.distributed import Result, speedup_kept
 from tests.testing import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,3 +33,19 @@ def test_distributed_benchmark_runs_on_cpu(tmp_path: Path) -> None:
         assert "| ok |" in row, row
         assert row.endswith("| 0 |"), f"mybackend fell back to eager: {row}"
     assert "| setup | backend | ms/step |" in result.stdout
+    assert "Share of the single-GPU speedup each backend keeps under DDP" in result.stdout
+
+
+def test_the_share_of_the_single_gpu_speedup_kept_under_ddp() -> None:
+    """Issue 33's measure: (eager DDP / backend DDP) / (eager single / backend single)."""
+    results = [
+        Result("single", "eager", 30.0),
+        Result("single", "mybackend", 15.0),
+        Result("ddp", "eager", 40.0),
+        Result("ddp", "mybackend", 25.0),
+        Result("ddp", "inductor", 20.0),  # no single row: left out
+        Result("fsdp2", "mybackend", 10.0),
+    ]
+    assert speedup_kept(results) == {"mybackend": 0.8}
+    failed = Result("ddp", "mybackend", error="Traceback ...")
+    assert speedup_kept([*results[:3], failed]) == {}
