@@ -37,9 +37,11 @@ struct Layout {
 };
 
 // Note [Vectors beside strided inputs]
-// A per-channel scale of a channels-last activation, or any broadcast
-// operand, makes an input Strided while the activations and outputs stay
-// Aligned. The vector loop still runs: aligned tensors move in 16-byte
+// A broadcast operand that is not periodic (Note [Periodic operands] in
+// fusion/pointwise_planner.h: a column broadcast, a transposed operand, a
+// per-channel operand whose layout is known only at run time) is Strided
+// while the activations and outputs stay Aligned. The vector loop still
+// runs: aligned tensors move in 16-byte
 // vectors and each strided input is read element by element at offsets
 // computed once per vector (the div/mod chain of strided_offsets, for the
 // vector's first element) plus k times its innermost stride. That holds
