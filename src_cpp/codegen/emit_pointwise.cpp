@@ -86,13 +86,11 @@ Layout layout_of(const PointwiseSpec& spec) {
     visit(o.tensor);
     outputs_aligned = outputs_aligned && o.tensor.mode == IndexMode::Aligned;
   }
-  if (all_aligned) {
+  const bool strided_walk = strided_input && spec.rank > 0;
+  if (all_aligned || (inputs_vectorizable && outputs_aligned &&
+                      (strided_walk || (!strided_input && layout.periodic)))) {
     layout.vec = pointwise_vector_width(spec);
-  } else if (inputs_vectorizable && outputs_aligned && !strided_input && layout.periodic) {
-    layout.vec = pointwise_vector_width(spec);
-  } else if (inputs_vectorizable && outputs_aligned && strided_input && spec.rank > 0) {
-    layout.vec = pointwise_vector_width(spec);
-    layout.strided_vectors = layout.vec > 1;
+    layout.strided_vectors = strided_input && layout.vec > 1;
   }
   if (layout.vec > 1) layout.unroll = spec.tuning.pw_vec_per_thread;
   std::vector<DType> stored;

@@ -15,17 +15,16 @@ std::uint32_t fast_divide(std::uint32_t n, FastDivisor f) {
   return (high + n) >> f.shift;
 }
 
+std::int64_t packed_divisor(std::int64_t size) {
+  if (size < 1 || size >= (std::int64_t{1} << 31)) return 0;
+  const FastDivisor f = fast_divisor(static_cast<std::uint32_t>(size));
+  return static_cast<std::int64_t>((std::uint64_t{f.multiplier} << 32) | f.shift);
+}
+
 std::vector<std::int64_t> packed_divisors(const std::vector<std::int64_t>& shape) {
   std::vector<std::int64_t> out;
   out.reserve(shape.size());
-  for (std::int64_t size : shape) {
-    if (size < 1 || size >= (std::int64_t{1} << 31)) {
-      out.push_back(0);
-      continue;
-    }
-    const FastDivisor f = fast_divisor(static_cast<std::uint32_t>(size));
-    out.push_back(static_cast<std::int64_t>((std::uint64_t{f.multiplier} << 32) | f.shift));
-  }
+  for (std::int64_t size : shape) out.push_back(packed_divisor(size));
   return out;
 }
 

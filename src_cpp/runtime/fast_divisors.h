@@ -32,8 +32,11 @@ FastDivisor fast_divisor(std::uint32_t d);
 // floor(n / d) the way a kernel computes it; valid for n < 2^31.
 std::uint32_t fast_divide(std::uint32_t n, FastDivisor f);
 
-// Each size of `shape` as the kernel receives it: (m << 32) | s, or 0 for a
-// size outside [1, 2^31) (which a 32-bit launch never divides by).
+// `size` as the kernel receives it: (m << 32) | s, or 0 for a size outside
+// [1, 2^31) (which a 32-bit launch never divides by).
+std::int64_t packed_divisor(std::int64_t size);
+
+// packed_divisor of each size of `shape`.
 std::vector<std::int64_t> packed_divisors(const std::vector<std::int64_t>& shape);
 
 }  // namespace mybackend

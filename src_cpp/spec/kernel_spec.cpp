@@ -49,10 +49,8 @@ PeriodicLayout periodic_layout(const std::vector<std::int64_t>& shape,
     } else if (part != Part::Rows && stride == 0) {
       part = Part::Block;
       repeats *= size;
-    } else if (part == Part::Block && stride == layout.period * rows) {
+    } else if (part != Part::Period && stride == layout.period * rows) {
       part = Part::Rows;
-      rows *= size;
-    } else if (part == Part::Rows && stride == layout.period * rows) {
       rows *= size;
     } else {
       return {};

@@ -213,11 +213,9 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
         case Kind::Numel: args.set_int(i, numel); break;
         // Note [Periodic operands]
         case Kind::Period: args.set_int(i, periodic.at(k).period); break;
-        case Kind::PeriodDivisor:
-          args.set_int(i, packed_divisors({periodic.at(k).period})[0]);
-          break;
+        case Kind::PeriodDivisor: args.set_int(i, packed_divisor(periodic.at(k).period)); break;
         case Kind::Block: args.set_int(i, periodic.at(k).block); break;
-        case Kind::BlockDivisor: args.set_int(i, packed_divisors({periodic.at(k).block})[0]); break;
+        case Kind::BlockDivisor: args.set_int(i, packed_divisor(periodic.at(k).block)); break;
         case Kind::Scalar: {  // Note [Scalars as kernel arguments]
           const PwScalar& scalar = group_->spec.scalars[k];
           if (entry.params[i].kind == KernelParam::Kind::Float64)
