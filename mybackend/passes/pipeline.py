@@ -30,7 +30,6 @@ from mybackend.passes.empty_pads import drop_empty_pads
 from mybackend.passes.hoist import hoist_parameter_work
 from mybackend.passes.layout import plan_channels_last
 from mybackend.passes.matmul_padding import pad_matmuls
-from mybackend.passes.memory_order_reductions import REDUCTIONS, reduce_in_memory_order
 from mybackend.passes.mutations import batch_input_mutations
 from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
@@ -115,10 +114,6 @@ def _scatter_adds(ctx: PassContext) -> int:
     return fold_scatter_adds(ctx.gm, recompile=False)
 
 
-def _memory_order_reductions(ctx: PassContext) -> int:
-    return reduce_in_memory_order(ctx.gm, recompile=False)
-
-
 def _permuted_cats(ctx: PassContext) -> int:
     return write_permuted_cats(ctx.gm, recompile=False)
 
@@ -173,13 +168,6 @@ PER_GRAPH: tuple[GraphPass, ...] = (
     # A training graph's layout was planned on its joint graph.
     GraphPass("layout", _channels_last_on, _channels_last, kinds=INFERENCE),
     GraphPass("hoisting", always, _hoist, kinds=INFERENCE),  # Note [Hoisted parameter work]
-    # Note [Reductions in memory order]; after the layout plan, on final strides
-    GraphPass(
-        "memory_order_reductions",
-        _generated_kernels,
-        _memory_order_reductions,
-        targets=REDUCTIONS,
-    ),
     # Note [A ReLU gradient recomputed by its batch-norm sums]
     GraphPass("batch_norm_gradients", _generated_kernels, _batch_norm_gradients),
     # Note [Widening casts after views], Note [One widening cast per reader]

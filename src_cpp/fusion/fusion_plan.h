@@ -76,7 +76,13 @@ struct ReductionGroup {
   ReductionSpec general;
   ValueId reduced = -1;  // the reduction node's input: its sizes are the input space
   ValueId result = -1;   // the reduction node's output: its sizes are the output space
-  int reduce_begin = 0;  // reduced dims of `reduced`: [reduce_begin, reduce_end)
+  // Note [Reductions walked in memory order] in reduction_planner.h: the
+  // input space's dims in the kernel's walk order (empty: logical order),
+  // and the output space's. The reduced dims are [reduce_begin, reduce_end)
+  // of the walk order.
+  std::vector<int> in_order;
+  std::vector<int> out_order;
+  int reduce_begin = 0;
   int reduce_end = 0;
   std::vector<ValueId> inputs;  // prologue inputs: spec.prologue->inputs[k] reads inputs[k]
   // Epilogue inputs; entry 0 stands for the reduced value (no tensor).

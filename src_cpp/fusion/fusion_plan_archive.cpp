@@ -18,7 +18,7 @@ void archive(Ar& ar, ReductionGroup& g) {
   fields(ar, g.spec, g.general);
   ar.id(g.reduced, IdSpace::Value);
   ar.id(g.result, IdSpace::Value);
-  fields(ar, g.reduce_begin, g.reduce_end);
+  fields(ar, g.reduce_begin, g.reduce_end, g.in_order, g.out_order);
   for (std::vector<ValueId>* ids : {&g.inputs, &g.epilogue_inputs, &g.outputs})
     archive_ids(ar, *ids, IdSpace::Value);
 }

@@ -53,8 +53,12 @@ const Overload* overload_of(const std::string& op) {
   return nullptr;
 }
 
-TensorArg arg_for(const TensorType& t, const std::string& space_key, int rank) {
-  const bool full = shape_key(t) == space_key && likely_contiguous(t);
+// Aligned when `t` has the space's shape and is dense in the walk `order`
+// (empty: the logical order), else Strided.
+TensorArg arg_for(const TensorType& t, const std::string& space_key, int rank,
+                  const std::vector<int>& order) {
+  const bool full = shape_key(t) == space_key &&
+                    (order.empty() ? likely_contiguous(t) : dense_in_order(t, order));
   if (rank == 0) return TensorArg{t.dtype, IndexMode::Contiguous, 0};
   return full ? TensorArg{t.dtype, IndexMode::Aligned, 0}
               : TensorArg{t.dtype, IndexMode::Strided, rank};
@@ -65,6 +69,44 @@ void make_general(PointwiseSpec& spec) {
   if (spec.rank == 0) return;
   for (auto& t : spec.inputs) t = TensorArg{t.dtype, IndexMode::Strided, spec.rank};
   for (auto& o : spec.outputs) o.tensor = TensorArg{o.tensor.dtype, IndexMode::Strided, spec.rank};
+}
+
+// Note [Reductions walked in memory order]: the walk orders and the
+// reduced dims' place in the input walk.
+struct ReductionWalk {
+  std::vector<int> in_order, out_order;
+  int begin = 0, end = 0;
+};
+
+// Empty orders when the walk is the logical one; begin == end == -1 when
+// the reduced dims are one range in neither order.
+ReductionWalk reduction_walk(const TensorType& in_type, const ReductionNode& r, int out_rank) {
+  ReductionWalk walk{{}, {}, r.logical_range ? r.begin : -1, r.logical_range ? r.end : -1};
+  const std::vector<int> order = memory_order(in_type);
+  if (order.empty()) return walk;
+  const int rank = static_cast<int>(in_type.rank());
+  const int reduced = static_cast<int>(r.dims.size());
+  auto is_reduced = [&](int d) { return std::binary_search(r.dims.begin(), r.dims.end(), d); };
+  int first = rank, last = -1;
+  for (int k = 0; k < rank; ++k) {
+    if (!is_reduced(order[static_cast<std::size_t>(k)])) continue;
+    first = std::min(first, k);
+    last = std::max(last, k);
+  }
+  if (last - first + 1 != reduced) return walk;  // apart in memory
+  std::vector<int> out_order;
+  if (out_rank == rank) {
+    out_order = order;  // keepdim: the reduced dims stay, of size 1
+  } else if (out_rank == rank - reduced) {
+    for (int d : order) {
+      if (is_reduced(d)) continue;
+      const auto below = std::lower_bound(r.dims.begin(), r.dims.end(), d) - r.dims.begin();
+      out_order.push_back(d - static_cast<int>(below));
+    }
+  } else {
+    return walk;
+  }
+  return ReductionWalk{order, std::move(out_order), first, last + 1};
 }
 
 }  // namespace
@@ -87,7 +129,8 @@ bool dims_argument(const Argument& arg, std::int64_t rank, std::vector<int>* dim
   return true;
 }
 
-std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out) {
+std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out,
+                            bool memory_range) {
   if (node.kind != NodeKind::Aten) return "not an ATen node";
   const Overload* overload = overload_of(node.op);
   if (overload == nullptr) return "no generated reduction for " + node.op;
@@ -112,13 +155,13 @@ std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode*
           : (overload->single ? single_dim_argument(arg_at(node, overload->dims), t.rank(), &dims)
                               : dims_argument(arg_at(node, overload->dims), t.rank(), &dims));
   if (!ok) return "the reduced dims are not constant";
-  for (std::size_t k = 1; k < dims.size(); ++k) {
-    if (dims[k] != dims[k - 1] + 1) return "the reduced dims are not one contiguous range";
-  }
   ReductionNode r;
+  for (std::size_t k = 1; k < dims.size(); ++k) r.logical_range &= dims[k] == dims[k - 1] + 1;
+  if (!r.logical_range && !memory_range) return "the reduced dims are not one contiguous range";
   r.op = overload->op;
   r.input = self.value;
   r.output = node.outputs[0];
+  r.dims = dims;
   r.begin = dims.front();
   r.end = dims.back() + 1;
   r.value_dtype = t.dtype;
@@ -159,8 +202,15 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
   auto group = std::make_shared<ReductionGroup>();
   group->reduced = reduction.input;
   group->result = reduction.output;
-  group->reduce_begin = reduction.begin;
-  group->reduce_end = reduction.end;
+  ReductionWalk walk = reduction_walk(in_type, reduction, out_rank);
+  if (walk.begin < 0) {
+    *why = "the reduced dims are one contiguous range in neither logical nor memory order";
+    return nullptr;
+  }
+  group->in_order = std::move(walk.in_order);
+  group->out_order = std::move(walk.out_order);
+  group->reduce_begin = walk.begin;
+  group->reduce_end = walk.end;
 
   // Prologue: the value reduced, at each element of the input space.
   PointwiseSpec pspec;
@@ -172,7 +222,8 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
   }
   const std::string in_key = shape_key(in_type);
   for (std::size_t k = 0; k < pspec.inputs.size(); ++k)
-    pspec.inputs[k] = arg_for(graph.value(group->inputs[k]).tensor, in_key, in_rank);
+    pspec.inputs[k] =
+        arg_for(graph.value(group->inputs[k]).tensor, in_key, in_rank, group->in_order);
 
   // Epilogue: input 0 is the reduced value; outputs are what leaves the group.
   PointwiseSsa epi(graph);
@@ -192,7 +243,8 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
     const ValueId v = graph.node(id).outputs[0];
     if (!index.used_outside(v, members)) continue;
     const TensorType& t = graph.value(v).tensor;
-    espec.outputs.push_back(PwOutput{arg_for(t, out_key, out_rank), epi.logical(v)});
+    espec.outputs.push_back(
+        PwOutput{arg_for(t, out_key, out_rank, group->out_order), epi.logical(v)});
     group->outputs.push_back(v);
   }
   if (group->outputs.empty()) {
@@ -204,15 +256,16 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
             "the epilogue's input 0 must be the reduced value");
   espec.inputs[0] = TensorArg{out_type.dtype, IndexMode::Contiguous, 0};
   for (std::size_t k = 1; k < espec.inputs.size(); ++k)
-    espec.inputs[k] = arg_for(graph.value(group->epilogue_inputs[k]).tensor, out_key, out_rank);
+    espec.inputs[k] =
+        arg_for(graph.value(group->epilogue_inputs[k]).tensor, out_key, out_rank, group->out_order);
 
   ReductionSpec spec;
   spec.op = reduction.op;
-  spec.axis = reduction.end == in_rank ? ReduceAxis::Inner : ReduceAxis::Outer;
+  spec.axis = group->reduce_end == in_rank ? ReduceAxis::Inner : ReduceAxis::Outer;
   // Short rows of a known length: a warp per row keeps the block busy.
   std::int64_t row_length = 1;
   bool static_row = true;
-  for (int d = reduction.begin; d < reduction.end; ++d) {
+  for (int d : reduction.dims) {
     const Dim& size = in_type.sizes[static_cast<std::size_t>(d)];
     static_row = static_row && size.is_static();
     if (size.is_static()) row_length *= size.static_value();

@@ -18,7 +18,11 @@ struct ReductionNode {
   ReduceOp op = ReduceOp::Sum;
   ValueId input = -1;
   ValueId output = -1;
-  int begin = 0;  // reduced dims of the input: [begin, end), one contiguous range
+  std::vector<int> dims;  // reduced dims of the input, ascending
+  // When `dims` are one logical range: [begin, end). Otherwise (allowed by
+  // parse_reduction's `memory_range`) they must be one range in memory order.
+  bool logical_range = true;
+  int begin = 0;
   int end = 0;
   DType value_dtype = DType::Float32;  // what is reduced (sum's dtype= argument converts first)
   double correction = 1.0;             // var/std
@@ -26,8 +30,11 @@ struct ReductionNode {
 
 // Why `node` is no reduction the planner handles (empty when it is; then
 // *out is filled). Reduced dims must form one contiguous range: the
-// innermost dims (ReduceAxis::Inner) or a middle range (Outer).
-std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out);
+// innermost dims (ReduceAxis::Inner) or a middle range (Outer), in logical
+// order, or with `memory_range` in logical or memory order (Note
+// [Reductions walked in memory order] in reduction_planner.h).
+std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out,
+                            bool memory_range = false);
 
 // The spec of prologue nodes + reduction + epilogue nodes (each ascending),
 // or null with *why. `members` is the whole group.

@@ -61,7 +61,8 @@ struct Claimer {
     const Graph& graph = index.graph;
     const Node& node = graph.node(n);
     ReductionNode r;
-    if (std::string problem = parse_reduction(graph, node, &r); !problem.empty()) {
+    if (std::string problem = parse_reduction(graph, node, &r, /*memory_range=*/true);
+        !problem.empty()) {
       const OpEntry* entry = CapabilityRegistry::builtin().find(node.op);
       if (entry != nullptr && entry->op_class == OpClass::Reduction) claimed.refuse(n, problem);
       return;

@@ -26,6 +26,23 @@
 //   reads is stored.
 // A reduction with neither prologue nor epilogue stays an ATen call: ATen's
 // kernel is one launch already.
+//
+// Note [Reductions walked in memory order]
+// A squeeze-excitation block averages a channels-last activation over H and
+// W: logically the inner dims of [N, C, H, W], in memory the middle ones of
+// [N, H, W, C]. Walked logically, each row is H * W elements C apart, read
+// one scalar at a time. So the kernel walks the input space in the memory
+// order of the value it reduces (memory_order, as a pointwise group walks
+// its output: Note [Iteration order]) when that value is dense in an order
+// other than the logical one and the reduced dims are one range there: the
+// squeeze-excitation mean becomes a column reduction (ReduceAxis::Outer) of
+// a dense [N, H * W, C], a channels-last batch norm's sums over (N, H, W) a
+// column reduction of [N * H * W, C], a sum over C a row reduction. Such
+// dims need not be one range in logical order (N, H, W are not). The output
+// space walks the kept dims in the same relative order (ReductionGroup's
+// out_order); tensors dense in a walk's order are Aligned. At launch the
+// strides are taken over the logical shapes and then permuted with the
+// shapes; the kernel source does not change.
 #pragma once
 
 #include <vector>

@@ -44,12 +44,80 @@ TEST(ReductionPlanner, LeadingDimsReduceAsOuter) {
   EXPECT_EQ(groups[0]->get<ReductionGroup>()->reduce_end, 2);
 }
 
+// silu(x * scale[C, 1, 1]) reduced over `dims` of a channels-last x
+// [2, 8, 4, 4]; scale is rsqrt(var), read broadcast.
+Planned channels_last_reduction(std::vector<std::int64_t> dims, bool keepdim,
+                                std::vector<std::int64_t> out_sizes) {
+  GraphBuilder b;
+  const TensorType x_type = nchw(DType::Float32, {2, 8, 4, 4}, true);
+  const TensorType c_type = tensor(DType::Float32, {8, 1, 1});
+  ValueId x = b.add_input(out(x_type, "x"));
+  ValueId var = b.add_input(out(c_type, "var"));
+  ValueId scale = node1(b, "aten::rsqrt.default", {v(var)}, c_type, "rsqrt");
+  ValueId m = node1(b, "aten::mul.Tensor", {v(x), v(scale)}, x_type, "mul");
+  ValueId y = node1(b, "aten::silu.default", {v(m)}, x_type, "silu");
+  TensorType r = tensor(DType::Float32, out_sizes);
+  if (keepdim) r = nchw(DType::Float32, out_sizes, true);
+  ValueId s = node1(b, "aten::sum.dim_IntList",
+                    {v(y), ints(dims), Argument::of_bool(keepdim), Argument::none()}, r, "sum");
+  b.set_outputs({v(s)});
+  return plan(b);
+}
+
+TEST(ReductionPlanner, ChannelsLastMeansWalkMemoryOrder) {
+  // Note [Reductions walked in memory order]: over H, W the walk is
+  // [N, H, W, C], a column reduction of dense rows.
+  Planned p = channels_last_reduction({2, 3}, true, {2, 8, 1, 1});
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const ReductionGroup& r = *groups[0]->get<ReductionGroup>();
+  EXPECT_EQ(r.in_order, (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_EQ(r.out_order, (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_EQ(r.reduce_begin, 1);
+  EXPECT_EQ(r.reduce_end, 3);
+  EXPECT_EQ(r.spec.axis, ReduceAxis::Outer);
+  // x is dense in the walk; the per-channel scale is read broadcast.
+  ASSERT_EQ(r.inputs.size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const IndexMode expected = r.inputs[k] == 0 ? IndexMode::Aligned : IndexMode::Strided;
+    EXPECT_EQ(r.spec.prologue->inputs[k].mode, expected) << r.spec.to_string();
+  }
+  // mul and silu are the prologue; rsqrt, of another shape, is not.
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{1, 2, 3}));
+}
+
+TEST(ReductionPlanner, DimsApartLogicallyAreOneRangeInMemory) {
+  // A channels-last batch norm's sums over (N, H, W): [N * H * W, C] in memory.
+  Planned p = channels_last_reduction({0, 2, 3}, false, {8});
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const ReductionGroup& r = *groups[0]->get<ReductionGroup>();
+  EXPECT_EQ(r.in_order, (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_EQ(r.out_order, (std::vector<int>{0}));
+  EXPECT_EQ(r.reduce_begin, 0);
+  EXPECT_EQ(r.reduce_end, 3);
+  EXPECT_EQ(r.spec.axis, ReduceAxis::Outer);
+}
+
+TEST(ReductionPlanner, ChannelSumsOfChannelsLastAreRows) {
+  Planned p = channels_last_reduction({1}, false, {2, 4, 4});
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const ReductionGroup& r = *groups[0]->get<ReductionGroup>();
+  EXPECT_EQ(r.out_order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r.reduce_begin, 3);
+  EXPECT_EQ(r.reduce_end, 4);
+  EXPECT_EQ(r.spec.axis, ReduceAxis::Inner);
+}
+
 TEST(ReductionPlanner, ScatteredDimsStayAten) {
   GraphBuilder b;
   sum_with_prologue_and_epilogue(b, DType::Float32, {4, 5, 6}, {0, 2}, false);
   Planned p = plan(b);
   EXPECT_TRUE(p.groups(KernelKind::Reduction).empty());
-  EXPECT_NE(all_whys(p).find("not one contiguous range"), std::string::npos) << all_whys(p);
+  EXPECT_NE(all_whys(p).find("one contiguous range in neither logical nor memory order"),
+            std::string::npos)
+      << all_whys(p);
 }
 
 TEST(ReductionPlanner, SharedProducersAreNotPrologue) {

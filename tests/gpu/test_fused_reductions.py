@@ -699,7 +699,7 @@ def test_a_pre_norm_block_trains_with_the_epilogue() -> None:
 def test_squeeze_excitation_mean_reads_channels_last_in_memory_order(
     batch: int, dtype: torch.dtype
 ) -> None:
-    """Note [Reductions in memory order]: the mean over a channels-last
+    """Note [Reductions walked in memory order]: the mean over a channels-last
     activation's spatial dims, read by a product, runs as a generated column
     reduction through the backend (strict) and matches eager."""
 
@@ -723,3 +723,31 @@ def test_squeeze_excitation_mean_reads_channels_last_in_memory_order(
     torch.testing.assert_close(got, want, **TOL[dtype])
     (record,) = records
     assert record.compiled.stats()["generated_reductions_run"] == 1, record.compiled.report()
+
+
+MEMORY_ORDER_REDUCTIONS: dict[str, tuple[Callable[..., Any], str]] = {
+    # Note [Reductions walked in memory order]: x is channels-last [N, C, H, W],
+    # scale [C, 1, 1] is read broadcast (its rsqrt is an ATen call). The axis
+    # is the one of the walk [N, H, W, C] (logically each would be another).
+    "mean_hw": (lambda x, s: F.silu(x * s.rsqrt()).mean((2, 3), keepdim=True), "outer"),
+    "mean_hw_flat": (lambda x, s: F.silu(x * s.rsqrt()).mean((2, 3)), "outer"),
+    "sum_nhw": (lambda x, s: (x * s.rsqrt()).exp().sum((0, 2, 3)), "outer"),
+    "amax_c": (lambda x, s: (x * s.rsqrt()).abs().amax(1), "inner"),
+    # One range in memory only; abs: no cancellation, which bf16's rounding of
+    # each term would turn into a large relative error.
+    "sum_cw": (lambda x, s: (x * s.rsqrt()).abs().sum((1, 3)), "inner"),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("name", list(MEMORY_ORDER_REDUCTIONS))
+@pytest.mark.parametrize("shape", [(2, 96, 14, 14), (1, 40, 7, 9), (3, 5, 33, 2)], ids=str)
+def test_channels_last_reductions_walk_memory_order(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    fn, axis = MEMORY_ORDER_REDUCTIONS[name]
+    x = _randn(*shape, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    scale = torch.rand(shape[1], 1, 1, device="cuda", dtype=dtype) + 0.5
+    compiled = _check(fn, x, scale, kind="reduction", tol=TOL_SUM[dtype])
+    (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
+    assert f"({axis}) with" in group["why"] and "prologue" in group["why"], group

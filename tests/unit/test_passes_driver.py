@@ -174,7 +174,6 @@ def test_the_pass_lists() -> None:
         ["attention_masks", "cross_entropy", "resampling"],
         ["layout", "padding"],
         ["input_mutations", "empty_pads", "padding", "layout", "hoisting",
-         "memory_order_reductions",
          "batch_norm_gradients", "casts_after_views", "widening_casts", "scatter_adds",
          "permuted_cats", "transposed_operands", "softmax_views",
          "views_after_elementwise"],

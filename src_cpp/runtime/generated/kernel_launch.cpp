@@ -170,6 +170,25 @@ bool iteration_strides(const at::Tensor& t, const std::vector<std::int64_t>& sha
   return true;
 }
 
+std::vector<std::int64_t> permuted(const std::vector<std::int64_t>& dims,
+                                   const std::vector<int>& order) {
+  std::vector<std::int64_t> out;
+  out.reserve(order.size());
+  for (int d : order) out.push_back(dims[static_cast<std::size_t>(d)]);
+  return out;
+}
+
+bool dense_strides(const std::vector<std::int64_t>& shape,
+                   const std::vector<std::int64_t>& strides) {
+  std::int64_t expected = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
 std::int64_t max_offset(const std::vector<std::int64_t>& shape,
                         const std::vector<std::int64_t>& strides) {
   std::int64_t extent = 0;

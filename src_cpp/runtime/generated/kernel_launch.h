@@ -179,6 +179,12 @@ class GroupKernel : public GeneratedKernelBase {
 // broadcasts); false when t does not broadcast to it.
 bool iteration_strides(const at::Tensor& t, const std::vector<std::int64_t>& shape,
                        std::vector<std::int64_t>& out);
+// `dims` taken in `order` (a kernel's walk order: Note [Iteration order]).
+std::vector<std::int64_t> permuted(const std::vector<std::int64_t>& dims,
+                                   const std::vector<int>& order);
+// Row-major dense strides for `shape` (size-1 dims may have any stride).
+bool dense_strides(const std::vector<std::int64_t>& shape,
+                   const std::vector<std::int64_t>& strides);
 // The largest element offset a tensor of these strides reaches.
 std::int64_t max_offset(const std::vector<std::int64_t>& shape,
                         const std::vector<std::int64_t>& strides);

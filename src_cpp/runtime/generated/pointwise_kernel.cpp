@@ -18,26 +18,6 @@
 namespace mybackend {
 namespace {
 
-std::vector<std::int64_t> permuted(const std::vector<std::int64_t>& dims,
-                                   const std::vector<int>& order) {
-  std::vector<std::int64_t> out;
-  out.reserve(order.size());
-  for (int d : order) out.push_back(dims[static_cast<std::size_t>(d)]);
-  return out;
-}
-
-// Row-major dense strides for `shape` (size-1 dims may have any stride).
-bool dense_strides(const std::vector<std::int64_t>& shape,
-                   const std::vector<std::int64_t>& strides) {
-  std::int64_t expected = 1;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected *= shape[d];
-  }
-  return true;
-}
-
 // What one kernel parameter carries at a launch, parsed from its name once
 // per variant: "in3" / "stride_in3" / "period_in3" name tensor 3, "out1"
 // tensor n_inputs + 1 (inputs, then outputs), "scalar2" the spec's scalar 2.

@@ -65,7 +65,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
         if (max_offset(shape, strides[k]) >= kIndex32Limit) return false;
         continue;
       }
-      if (!tensors[k].is_contiguous() || tensors[k].numel() != numel) return false;
+      // Dense in the walk's order (Note [Reductions walked in memory order]).
+      if (!dense_strides(shape, strides[k]) || tensors[k].numel() != numel) return false;
       if (args[k].mode == IndexMode::Aligned && !aligned16(tensors[k])) return false;
     }
     return true;
@@ -94,11 +95,18 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     if (!in_shape || !out_shape) return fail("a size depends on an unbound symbol");
     c.in_shape = *in_shape;
     c.out_shape = *out_shape;
+    // Note [Reductions walked in memory order]: strides are taken over the
+    // logical shapes, then every shape and stride is permuted into the walk.
+    auto walk = [](const std::vector<int>& order, std::vector<std::int64_t>& dims) {
+      if (!order.empty() && !dims.empty()) dims = permuted(dims, order);  // [0] of ein: none
+    };
     const auto b = static_cast<std::size_t>(g.reduce_begin);
     const auto e = static_cast<std::size_t>(g.reduce_end);
-    c.rows = product(c.in_shape, 0, b);
-    c.n = product(c.in_shape, b, e);
-    c.inner = product(c.in_shape, e, c.in_shape.size());
+    std::vector<std::int64_t> walked_in = c.in_shape;
+    walk(g.in_order, walked_in);
+    c.rows = product(walked_in, 0, b);
+    c.n = product(walked_in, b, e);
+    c.inner = product(walked_in, e, walked_in.size());
     const std::int64_t results = c.rows * c.inner;
     const bool extremum = s.op == ReduceOp::Amax || s.op == ReduceOp::Amin ||
                           s.op == ReduceOp::Argmax || s.op == ReduceOp::Argmin;
@@ -146,6 +154,11 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       c.out_strides.emplace_back();
       iteration_strides(c.outputs.back(), c.out_shape, c.out_strides.back());
     }
+    walk(g.in_order, c.in_shape);
+    for (auto& strides : c.in_strides) walk(g.in_order, strides);
+    walk(g.out_order, c.out_shape);
+    for (auto& strides : c.ein_strides) walk(g.out_order, strides);
+    for (auto& strides : c.out_strides) walk(g.out_order, strides);
     if (results > 0) {
       const bool fast = variants_.size() > 1 && fast_fits(c);
       launch_variant(fast ? 0 : variants_.size() - 1, c, device.index());

@@ -1,0 +1,79 @@
+"""Stage 7: reductions over a channels-last input walk it in memory order
+(Note [Reductions walked in memory order] in
+src_cpp/fusion/reduction_planner.h), on fake CUDA graphs planned without a
+GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from mybackend import _C
+from mybackend.lowering import lower
+
+CL = torch.channels_last
+
+
+def _reductions(fn: Callable[..., Any], *shapes_and_formats: Any) -> list[dict[str, Any]]:
+    """The reduction groups of fn traced on fake CUDA tensors."""
+    with FakeTensorMode():
+        inputs = [
+            torch.empty(shape, device="cuda").contiguous(memory_format=layout)
+            for shape, layout in shapes_and_formats
+        ]
+        gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    lowered = lower(gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")])
+    report = _C.compile(lowered.graph, {"generated_kernels": True}, None).report()
+    return [k for k in report["kernels"] if k["kind"] == "reduction"]
+
+
+IMAGE = ((2, 8, 5, 6), CL)
+
+# Each with an elementwise prologue (a lone reduction is ATen's unless it is a column).
+WALKS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
+    "mean_spatial_keepdim": (lambda x: x.exp().mean((2, 3), keepdim=True), "outer"),
+    "mean_spatial": (lambda x: x.exp().mean((-1, -2)), "outer"),
+    "sum_batch_and_spatial": (lambda x: x.exp().sum((0, 2, 3)), "outer"),
+    "amax_channels": (lambda x: x.exp().amax(1, keepdim=True), "inner"),
+}
+
+
+@pytest.mark.parametrize("case", list(WALKS))
+def test_channels_last_reductions_walk_memory_order(case: str) -> None:
+    fn, axis = WALKS[case]
+    (group,) = _reductions(fn, IMAGE)
+    assert f"({axis})" in group["why"], group
+    assert "1 prologue" in group["why"], group
+    assert "strided" not in group["spec"].split("prologue:")[1], group["spec"]  # x read dense
+
+
+def test_a_lone_squeeze_excitation_mean_is_a_generated_column_reduction() -> None:
+    (group,) = _reductions(lambda x: x.mean((2, 3)), IMAGE)
+    assert "mean (outer) with 0 prologue and 0 epilogue" in group["why"], group
+
+
+def test_a_mean_keeps_its_elementwise_epilogue() -> None:
+    (group,) = _reductions(lambda x: torch.sigmoid(x.mean((2, 3), keepdim=True)), IMAGE)
+    assert "(outer) with 0 prologue and 1 epilogue" in group["why"], group
+
+
+def test_channels_and_width_of_channels_last_are_one_range_in_memory() -> None:
+    (group,) = _reductions(lambda x: x.exp().sum((1, 3)), IMAGE)
+    assert "(inner)" in group["why"], group
+
+
+@pytest.mark.parametrize(
+    "fn, image",
+    [
+        (lambda x: x.exp().mean((0, 3)), IMAGE),  # N and W: one range in neither order
+        (lambda x: x.exp().mean((1, 3)), ((2, 8, 5, 6), torch.contiguous_format)),
+    ],
+    ids=["channels_last", "contiguous"],
+)
+def test_dims_apart_in_both_orders_stay_aten(fn: Any, image: Any) -> None:
+    assert _reductions(fn, image) == []
