@@ -20,11 +20,17 @@ tokens, each rank its own. Setups (``--setups``):
 
 Every backend of a setup starts from the same weights and sees the same
 tokens, so its losses are eager's up to rounding; the check passes when no
-step's loss is further than ``--loss-rtol`` (relative) from eager's. A step's
-time is the slowest rank's mean over the measured steps, after ``--warmup``
-steps (the first compiles). Rank 0 prints one markdown table last and, with
-``--out``, writes results.json and results.md there. A backend that fails
-is reported as failed and the run goes on to the next.
+step's loss is further than ``--loss-rtol`` (relative) from eager's. The
+backends of a setup are built and warmed up (``--warmup`` steps: the first
+compiles) one after the other, then timed in ``--rounds`` interleaved
+rounds of ``--steps`` steps, each round in another order (round r starts
+at the r-th backend), so that a drift of the machine over the run (the
+steps are host-bound: docs/performance.md) falls on every backend alike. A
+round's time is the slowest rank's mean over its steps; a backend's time
+is the median of its rounds, and the table gives their spread. Rank 0
+prints one markdown table last and, with ``--out``, writes results.json
+and results.md there. A backend that fails is reported as failed and the
+run goes on with the others.
 
 ``--fsdp-compile blocks`` compiles each transformer block on its own and
 the head with the loss (as torchtitan compiles its blocks and its loss)
@@ -41,6 +47,7 @@ import datetime
 import gc
 import json
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -72,13 +79,14 @@ class Result:
 
     setup: str
     backend: str
-    ms_per_step: float | None = None
+    ms_per_step: float | None = None  # the median round's
+    ms_rounds: list[float] = dataclasses.field(default_factory=list)  # the slowest rank's, by round
     losses: list[float] = dataclasses.field(default_factory=list)
     max_loss_rel_diff: float | None = None  # against eager's, over all steps
     loss_ok: bool | None = None
     graphs: int = 0  # dynamo graphs (unique_graphs)
     graph_breaks: int = 0
-    recompiles: int = 0  # frames dynamo compiled again (recompiles())
+    recompiles: int = 0  # frames this backend's warm-up compiled more than once
     fallbacks: int = 0  # mybackend graphs that ran eagerly
     # mybackend's eager floors per graph (Note [Eager is the floor]): their
     # choices and timings, CUDA graphs only
@@ -130,7 +138,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="sequences per rank")
     parser.add_argument("--seq", type=int, default=256, help="tokens per sequence (tiny: 32)")
     parser.add_argument("--warmup", type=int, default=5, help="steps before timing")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps a round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved timing rounds of --steps steps per backend")  # fmt: skip
     parser.add_argument("--loss-rtol", type=float, default=2e-2,
                         help="largest relative loss difference to eager's")  # fmt: skip
     parser.add_argument("--fsdp-compile", choices=("model", "blocks"), default="model")
@@ -141,8 +151,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mybackend-options", type=json.loads, default={},
                         help="""mybackend's options, JSON: '{"eager_floor": false}'""")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0 or args.profile_steps < 0:
-        parser.error("--steps must be 1 or more, --warmup and --profile-steps 0 or more")
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 0 or args.profile_steps < 0:
+        parser.error(
+            "--steps and --rounds must be 1 or more, --warmup and --profile-steps 0 or more"
+        )
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.tiny:
         args.seq = min(args.seq, 32)
@@ -224,14 +236,6 @@ def compile_step(
     return torch.compile(model, **kwargs)
 
 
-def recompiles() -> int:
-    """Compiles of a frame after its first since the last dynamo reset:
-    dynamo numbers each frame's compiles (the "[frame/compile]" of its logs)."""
-    from torch._dynamo import convert_frame
-
-    return sum(max(count - 1, 0) for count in convert_frame.FRAME_COMPILE_COUNTER.values())
-
-
 def floor_choices(records: list[Any]) -> dict[str, str]:
     """What mybackend's eager floors did (Note [Eager is the floor]), one
     per dynamo graph, named by the first of its graphs compiled. Graphs
@@ -284,61 +288,136 @@ def mybackend_fallbacks(backend: str) -> Iterator[list[Any]]:
         yield records
 
 
-def run_one(args: argparse.Namespace, setup: str, backend: str, rank: int) -> Result:
-    """Trains warmup + steps steps; the rank's own times and losses."""
-    from torch._dynamo.utils import counters
+class Trainer:
+    """One backend's model, optimizer and data on this rank, warmed up
+    (compiled); its steps go on from where the last call left them."""
 
-    torch._dynamo.reset()
-    gc.collect()  # the previous run's model, graphs and optimizer state
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
-    counters.clear()
-    torch.manual_seed(0)  # the same weights for every backend and rank
-    model = wrap(build_model(args.tiny), setup, args.device, args.bucket_cap_mb)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    step_fn = compile_step(model, setup, backend, args.fsdp_compile, args.mybackend_options)
-    vocab = 1000 if args.tiny else 50257
-    generator = torch.Generator().manual_seed(1234 + rank)
-    batches = [
-        tuple(
-            torch.randint(0, vocab, (args.batch, args.seq), generator=generator).to(args.device)
-            for _ in range(2)
+    def __init__(self, args: argparse.Namespace, setup: str, backend: str, rank: int) -> None:
+        from torch._dynamo import convert_frame
+        from torch._dynamo.utils import counters
+
+        self.args = args
+        self.result = Result(setup, backend)
+        counters.clear()
+        frames_before = dict(convert_frame.FRAME_COMPILE_COUNTER)
+        torch.manual_seed(0)  # the same weights for every backend and rank
+        model = wrap(build_model(args.tiny), setup, args.device, args.bucket_cap_mb)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.step_fn = compile_step(
+            model, setup, backend, args.fsdp_compile, args.mybackend_options
         )
-        for _ in range(args.warmup + args.steps)
-    ]
-    autocast: Any = nullcontext()
-    if setup != "fsdp2-mp":
-        autocast = torch.autocast(args.device, dtype=torch.bfloat16)
-    result = Result(setup, backend)
-    losses = []
+        vocab = 1000 if args.tiny else 50257
+        generator = torch.Generator().manual_seed(1234 + rank)
+        # The same tokens for every backend: step k trains on batches[k % len].
+        self.batches = [
+            tuple(
+                torch.randint(0, vocab, (args.batch, args.seq), generator=generator).to(args.device)
+                for _ in range(2)
+            )
+            for _ in range(args.warmup + args.steps)
+        ]
+        self.autocast: Any = nullcontext()
+        if setup != "fsdp2-mp":
+            self.autocast = torch.autocast(args.device, dtype=torch.bfloat16)
+        self.losses: list[torch.Tensor] = []
+        with mybackend_fallbacks(backend) as records:
+            for _ in range(args.warmup):
+                self.step()
+            synchronize(args.device)
+        result = self.result
+        result.graphs = counters["stats"]["unique_graphs"]
+        result.graph_breaks = sum(counters["graph_break"].values())
+        # Frames this backend compiled more than once (other backends' compiles
+        # of the same frames came before and are not counted).
+        result.recompiles = sum(
+            max(count - frames_before.get(frame, 0) - 1, 0)
+            for frame, count in convert_frame.FRAME_COMPILE_COUNTER.items()
+        )
+        result.fallbacks = sum(1 for record in records if record.fallback_reason)
+        if backend.startswith("mybackend"):
+            result.floors = every_rank(floor_choices(records))
 
-    def train_step(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        with autocast:
-            loss = step_fn(tokens, targets)
+    def train_step(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with self.autocast:
+            loss = self.step_fn(tokens, targets)
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    with mybackend_fallbacks(backend) as records:
-        for index, (tokens, targets) in enumerate(batches):
-            if index == args.warmup:
-                synchronize(args.device)
-                start = time.perf_counter()
-            losses.append(train_step(tokens, targets))
-        synchronize(args.device)
-        elapsed = time.perf_counter() - start
+    def step(self) -> None:
+        self.losses.append(self.train_step(*self.batches[len(self.losses) % len(self.batches)]))
+
+    def timed_round(self) -> float:
+        """Ms per step of one round on this rank."""
+        synchronize(self.args.device)
+        start = time.perf_counter()
+        for _ in range(self.args.steps):
+            self.step()
+        synchronize(self.args.device)
+        return (time.perf_counter() - start) * 1e3 / self.args.steps
+
+    def finish(self) -> Result:
+        result = self.result
+        result.ms_per_step = statistics.median(result.ms_rounds)
+        result.losses = [float(x) for x in torch.stack(self.losses).float().cpu()]
+        return result
+
+
+def round_order(backends: list[str], round_index: int) -> list[str]:
+    """The backends in round ``round_index``'s order: each round starts one further."""
+    first = round_index % len(backends)
+    return backends[first:] + backends[:first]
+
+
+def run_setup(args: argparse.Namespace, setup: str, rank: int) -> list[Result]:
+    """Builds and warms up every backend of the setup, times them in
+    interleaved rounds, and returns their results in --backends order."""
+    torch._dynamo.reset()
+    gc.collect()  # the previous setup's models, graphs and optimizer states
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    backends = args.backends.split(",")
+    trainers: dict[str, Trainer] = {}
+    failed: dict[str, Result] = {}
+
+    def fail(backend: str, trainer: Trainer | None) -> None:
+        error = traceback.format_exc()
+        failed[backend] = (
+            dataclasses.replace(trainer.result, error=error)
+            if trainer
+            else Result(setup, backend, error=error)
+        )
+        trainers.pop(backend, None)
+        if rank == 0:
+            print(f"{setup} {backend} failed:\n{error}", flush=True)
+        dist.barrier()  # both ranks fail alike: the next run starts together
+
+    for backend in backends:
+        try:
+            trainers[backend] = Trainer(args, setup, backend, rank)
+        except Exception:
+            fail(backend, None)
+    for round_index in range(args.rounds):
+        for backend in round_order(backends, round_index):
+            trainer = trainers.get(backend)
+            if trainer is None:
+                continue
+            try:
+                ms = trainer.timed_round()
+                trainer.result.ms_rounds.append(slowest_rank(ms, args.device))
+            except Exception:
+                fail(backend, trainer)
+    results = []
+    for backend in backends:
+        if backend in failed:
+            results.append(failed[backend])
+            continue
+        trainer = trainers[backend]
         if args.profile_steps:
-            profile_steps(args, f"{setup}-{backend}", rank, train_step, batches)
-    result.ms_per_step = elapsed * 1e3 / max(args.steps, 1)
-    result.losses = [float(x) for x in torch.stack(losses).float().cpu()]
-    result.graphs = counters["stats"]["unique_graphs"]
-    result.graph_breaks = sum(counters["graph_break"].values())
-    result.recompiles = recompiles()
-    result.fallbacks = sum(1 for record in records if record.fallback_reason)
-    if backend.startswith("mybackend"):
-        result.floors = every_rank(floor_choices(records))
-    return result
+            profile_steps(args, f"{setup}-{backend}", rank, trainer.train_step, trainer.batches)
+        results.append(trainer.finish())
+    return results
 
 
 def profile_steps(
@@ -367,7 +446,14 @@ def profile_steps(
     if rank != 0 or args.out is None:
         return
     averages = prof.key_averages()
-    device_us = sum(event.self_device_time_total for event in averages)
+    # Kernels only, as torch's table totals them: a user annotation (a
+    # record_function range such as mybackend::matmul) carries the device
+    # time of the kernels inside it, which would count them twice.
+    device_us = sum(
+        event.self_device_time_total
+        for event in averages
+        if event.device_type == torch.autograd.DeviceType.CUDA and not event.is_user_annotation
+    )
     lines = [
         f"{name}: {steps} profiled steps, {elapsed * 1e3 / steps:.2f} ms per step under the"
         f" profiler, {device_us / 1e3 / steps:.2f} ms of device kernel time per step",
@@ -427,25 +513,28 @@ def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str
     options = json.dumps(args.mybackend_options)
     lines = [
         f"GPT-2 {'tiny' if args.tiny else 'small'}, {world} x {device}, batch {args.batch}"
-        f" x {args.seq} per rank, AdamW, {args.steps} timed steps after {args.warmup}"
-        f" (fsdp compile: {args.fsdp_compile}, mybackend options: {options})",
+        f" x {args.seq} per rank, AdamW, {args.rounds} interleaved rounds of {args.steps} timed"
+        f" steps after {args.warmup} (fsdp compile: {args.fsdp_compile}, mybackend options:"
+        f" {options})",
         "",
-        "| setup | backend | ms/step | vs eager | max loss rel. diff | loss check |"
-        " graphs | graph breaks | recompiles | floor c/e/m | fallbacks |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| setup | backend | ms/step | rounds min-max | vs eager | max loss rel. diff |"
+        " loss check | graphs | graph breaks | recompiles | floor c/e/m | fallbacks |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     eager_ms = {r.setup: r.ms_per_step for r in results if r.backend == "eager"}
     for r in results:
         if r.error is not None:
             reason = r.error.strip().splitlines()[-1][:120].replace("|", "/")
-            lines.append(f"| {r.setup} | {r.backend} | failed: {reason} | | | | | | | | |")
+            lines.append(f"| {r.setup} | {r.backend} | failed: {reason} | | | | | | | | | |")
             continue
         base = eager_ms.get(r.setup)
         speedup = f"{base / r.ms_per_step:.2f}x" if base and r.ms_per_step else ""
         diff = "" if r.max_loss_rel_diff is None else f"{r.max_loss_rel_diff:.1e}"
         check = {None: "", True: "ok", False: "MISMATCH"}[r.loss_ok]
+        spread = f"{min(r.ms_rounds):.2f}-{max(r.ms_rounds):.2f}" if r.ms_rounds else ""
         lines.append(
-            f"| {r.setup} | {r.backend} | {r.ms_per_step:.2f} | {speedup} | {diff} | {check} |"
+            f"| {r.setup} | {r.backend} | {r.ms_per_step:.2f} | {spread} | {speedup} | {diff} |"
+            f" {check} |"
             f" {r.graphs} | {r.graph_breaks} | {r.recompiles} |"
             f" {'; '.join(floor_summary(floors) for floors in r.floors)} | {r.fallbacks} |"
         )
@@ -486,23 +575,15 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     try:
         for setup in args.setups.split(","):
-            eager: Result | None = None
-            for backend in args.backends.split(","):
-                try:
-                    result = run_one(args, setup, backend, rank)
-                    result.ms_per_step = slowest_rank(result.ms_per_step or 0.0, args.device)
-                except Exception:
-                    result = Result(setup, backend, error=traceback.format_exc())
-                    if rank == 0:
-                        print(f"{setup} {backend} failed:\n{result.error}", flush=True)
-                    dist.barrier()  # both ranks fail alike: the next run starts together
-                if backend == "eager" and result.error is None:
-                    eager = result
+            setup_results = run_setup(args, setup, rank)
+            eager = next((r for r in setup_results if r.backend == "eager" and not r.error), None)
+            for result in setup_results:
                 check_losses(result, eager, args.loss_rtol)
                 results.append(result)
                 if rank == 0:
-                    print(f"{setup} {backend}: {result.ms_per_step} ms/step", flush=True)
-                    write_results(results, args, world)  # what a stopped step leaves
+                    print(f"{setup} {result.backend}: {result.ms_per_step} ms/step", flush=True)
+            if rank == 0:
+                write_results(results, args, world)  # what a stopped step leaves
         if rank == 0:
             print(markdown(results, args, world), flush=True)
         # No rank tears the group down while another still uses it: on the CPU
