@@ -102,6 +102,17 @@ def test_cpp_tests_are_built_by_the_test_command_only() -> None:
     assert "--target mybackend_cpp_tests" in run_tests
 
 
+def test_setup_reports_each_step_s_seconds_without_pip_s_root_warning() -> None:
+    """Issue 35: a person can follow the set-up, and a slow one says where
+    its time went (each step ends with "done in N s"); pip's warning about
+    running as root, which containers and CI always print, is silenced."""
+    setup = (ROOT / "tools" / "setup.sh").read_text()
+    steps = [line for line in setup.splitlines() if line.lstrip().startswith('echo "setup: ')]
+    assert setup.count("step_done\n") >= 3, setup  # torch, the packages, the build
+    assert len(steps) >= 4 and 'echo "setup: finished in $SECONDS s"' in setup, steps
+    assert "export PIP_ROOT_USER_ACTION=ignore" in setup
+
+
 def test_the_wheel_script_makes_a_manylinux_wheel_without_torch_inside(tmp_path: Path) -> None:
     """tools/build_wheel.sh (README, "Building a wheel"): a manylinux tag,
     no library grafted in (torch's, CUDA's and cuDNN's stay with torch),
