@@ -10,26 +10,19 @@ from typing import Any
 
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from mybackend import _C
-from mybackend.lowering import lower
+from tests.unit.test_matmul_plan import _kernels, _on_fake_cuda
 
 CL = torch.channels_last
 
 
 def _reductions(fn: Callable[..., Any], *shapes_and_formats: Any) -> list[dict[str, Any]]:
     """The reduction groups of fn traced on fake CUDA tensors."""
-    with FakeTensorMode():
-        inputs = [
-            torch.empty(shape, device="cuda").contiguous(memory_format=layout)
-            for shape, layout in shapes_and_formats
-        ]
-        gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    lowered = lower(gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")])
-    report = _C.compile(lowered.graph, {"generated_kernels": True}, None).report()
-    return [k for k in report["kernels"] if k["kind"] == "reduction"]
+    examples = [
+        torch.empty(shape).contiguous(memory_format=fmt) for shape, fmt in shapes_and_formats
+    ]
+    kernels, _ = _kernels(_on_fake_cuda(fn, *examples), generated_kernels=True)
+    return [k for k in kernels if k["kind"] == "reduction"]
 
 
 IMAGE = ((2, 8, 5, 6), CL)

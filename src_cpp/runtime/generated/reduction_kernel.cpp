@@ -93,20 +93,20 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     const auto in_shape = evaluate_dims(graph_.value(g.reduced).tensor.sizes, bindings);
     const auto out_shape = evaluate_dims(graph_.value(g.result).tensor.sizes, bindings);
     if (!in_shape || !out_shape) return fail("a size depends on an unbound symbol");
-    c.in_shape = *in_shape;
-    c.out_shape = *out_shape;
     // Note [Reductions walked in memory order]: strides are taken over the
-    // logical shapes, then every shape and stride is permuted into the walk.
+    // logical shapes (*in_shape, *out_shape), then permuted into the walk.
     auto walk = [](const std::vector<int>& order, std::vector<std::int64_t>& dims) {
       if (!order.empty() && !dims.empty()) dims = permuted(dims, order);  // [0] of ein: none
     };
+    c.in_shape = *in_shape;
+    c.out_shape = *out_shape;
+    walk(g.in_order, c.in_shape);
+    walk(g.out_order, c.out_shape);
     const auto b = static_cast<std::size_t>(g.reduce_begin);
     const auto e = static_cast<std::size_t>(g.reduce_end);
-    std::vector<std::int64_t> walked_in = c.in_shape;
-    walk(g.in_order, walked_in);
-    c.rows = product(walked_in, 0, b);
-    c.n = product(walked_in, b, e);
-    c.inner = product(walked_in, e, walked_in.size());
+    c.rows = product(c.in_shape, 0, b);
+    c.n = product(c.in_shape, b, e);
+    c.inner = product(c.in_shape, e, c.in_shape.size());
     const std::int64_t results = c.rows * c.inner;
     const bool extremum = s.op == ReduceOp::Amax || s.op == ReduceOp::Amin ||
                           s.op == ReduceOp::Argmax || s.op == ReduceOp::Argmin;
@@ -118,7 +118,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       if (!t) return fail("input " + std::to_string(k) + why);
       c.inputs.push_back(*t);
       c.in_strides.emplace_back();
-      if (!iteration_strides(*t, c.in_shape, c.in_strides.back()))
+      if (!iteration_strides(*t, *in_shape, c.in_strides.back()))
         return fail("input " + std::to_string(k) + " does not broadcast to the reduced shape");
     }
     c.epilogue_inputs.emplace_back();
@@ -129,7 +129,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       if (!t) return fail("epilogue input " + std::to_string(k) + why);
       c.epilogue_inputs.push_back(*t);
       c.ein_strides.emplace_back();
-      if (!iteration_strides(*t, c.out_shape, c.ein_strides.back()))
+      if (!iteration_strides(*t, *out_shape, c.ein_strides.back()))
         return fail("epilogue input " + std::to_string(k) + " does not broadcast to the result");
     }
     if (c.inputs.empty()) return fail("the group reads no tensor");
@@ -149,14 +149,12 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       const auto strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
       if (!strides) return fail("a stride of an output depends on an unbound symbol");
       const auto dtype = static_cast<c10::ScalarType>(s.epilogue->outputs[k].tensor.dtype);
-      c.outputs.push_back(planned.empty_strided(g.outputs[k], c.out_shape, *strides,
+      c.outputs.push_back(planned.empty_strided(g.outputs[k], *out_shape, *strides,
                                                 c.inputs[0].options().dtype(dtype)));
       c.out_strides.emplace_back();
-      iteration_strides(c.outputs.back(), c.out_shape, c.out_strides.back());
+      iteration_strides(c.outputs.back(), *out_shape, c.out_strides.back());
     }
-    walk(g.in_order, c.in_shape);
     for (auto& strides : c.in_strides) walk(g.in_order, strides);
-    walk(g.out_order, c.out_shape);
     for (auto& strides : c.ein_strides) walk(g.out_order, strides);
     for (auto& strides : c.out_strides) walk(g.out_order, strides);
     if (results > 0) {
