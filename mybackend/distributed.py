@@ -196,9 +196,18 @@ def multi_rank() -> bool:
 
 def has_collectives(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph calls a torch.distributed collective."""
+    # A dynamo graph may call an op's packet (``all_reduce``) rather than an
+    # overload (``all_reduce.default``); a packet has no ``namespace``, and
+    # reading one looks for an overload of that name and raises.
     return any(
         node.op == "call_function"
         and isinstance(node.target, torch._ops.OpOverload | torch._ops.OpOverloadPacket)
-        and node.target.namespace in COLLECTIVE_NAMESPACES
+        and _namespace(node.target) in COLLECTIVE_NAMESPACES
         for node in gm.graph.nodes
     )
+
+
+def _namespace(op: torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> str:
+    if isinstance(op, torch._ops.OpOverload):
+        return op.namespace
+    return op._qualified_op_name.split("::", 1)[0]

@@ -108,3 +108,17 @@ def test_collectives_are_found_by_their_namespace() -> None:
     graph.output((graph.call_function(torch.ops._c10d_functional.wait_tensor.default, (reduced,)),))
     assert has_collectives(torch.fx.GraphModule(torch.nn.Module(), graph))
     assert not has_collectives(_list_input_graph())
+
+
+def test_collectives_called_through_their_packet_are_found() -> None:
+    """Compiled autograd's graph of DDP's python reducer calls the packet
+    ``_c10d_functional.all_reduce`` (seen on two GPUs), not an overload."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    reduced = graph.call_function(torch.ops._c10d_functional.all_reduce, (x, "sum", "0"))
+    graph.output((graph.call_function(torch.ops._c10d_functional.wait_tensor, (reduced,)),))
+    assert has_collectives(torch.fx.GraphModule(torch.nn.Module(), graph))
+    plain = torch.fx.Graph()
+    y = plain.placeholder("y")
+    plain.output((plain.call_function(torch.ops.aten.relu, (y,)),))
+    assert not has_collectives(torch.fx.GraphModule(torch.nn.Module(), plain))
