@@ -68,5 +68,9 @@ add_library(mybackend::cudnn INTERFACE IMPORTED)
 target_include_directories(mybackend::cudnn SYSTEM INTERFACE ${_frontend_dir}
                            ${MYBACKEND_CUDNN_INCLUDE_DIR})
 target_link_libraries(mybackend::cudnn INTERFACE ${MYBACKEND_CUDNN_LIBRARY})
+# The frontend's JSON support (graph serialisation, errata files) is unused
+# here, and its header library is most of what the two frontend units
+# compile: 64 and 53 s of the 2-core build with it, 42 and 32 s without.
+target_compile_definitions(mybackend::cudnn INTERFACE CUDNN_FRONTEND_SKIP_JSON_LIB)
 set(MYBACKEND_WITH_CUDNN ON)
 message(STATUS "mybackend: cuDNN from ${MYBACKEND_CUDNN_LIBRARY}, frontend headers ${_frontend_dir}")

@@ -9,6 +9,7 @@ every build, built only by tools/run_tests.sh in the same build tree.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import zipfile
@@ -138,3 +139,20 @@ def test_the_wheel_script_makes_a_manylinux_wheel_without_torch_inside(tmp_path:
         ["readelf", "-d", str(tmp_path / "_C.so")], check=True, capture_output=True, text=True
     ).stdout
     assert "$ORIGIN/../torch/lib" in dynamic
+
+
+def test_cudnn_frontend_units_compile_without_its_json_library() -> None:
+    """The frontend's JSON support is unused, and its header library is most
+    of what the two frontend units compile (README, "Build time")."""
+    commands = sorted(ROOT.glob("build/*/compile_commands.json"))
+    if not commands:
+        pytest.skip("no configured build tree")
+    entries = [
+        e
+        for e in json.loads(commands[-1].read_text())
+        if e["file"].endswith(("libs/cudnn_conv.cpp", "libs/cudnn_sdpa.cpp"))
+    ]
+    if not entries:
+        pytest.skip("this build has no cuDNN frontend")
+    for entry in entries:
+        assert "-DCUDNN_FRONTEND_SKIP_JSON_LIB" in entry["command"], entry["file"]
