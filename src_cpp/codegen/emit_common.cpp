@@ -451,6 +451,31 @@ std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
   return out.str();
 }
 
+std::string periodic_offset(const TensorArg& t, const std::string& n, const std::string& linear,
+                            const std::string& indent, bool divisors) {
+  auto quotient = [&](const std::string& part) {
+    return divisors ? "mb::fast_div(" + linear + ", " + part + "div_" + n + ")"
+                    : "(" + linear + ") / static_cast<I>(" + part + n + ")";
+  };
+  const std::string period = "static_cast<I>(period_" + n + ")";
+  if (t.mode == IndexMode::Periodic)
+    return indent + "const I off_" + n + " = " + linear + " - " + quotient("period_") + " * " +
+           period + ";\n";
+  return indent + "const I off_" + n + " = " + linear + " + (" + quotient("block_") + " - " +
+         quotient("period_") + ") * " + period + ";\n";
+}
+
+std::vector<std::string> periodic_params(const TensorArg& t, const std::string& n, bool divisors) {
+  std::vector<std::string> names;
+  if (!is_periodic(t.mode)) return names;
+  for (const std::string part : {"period_", "block_"}) {
+    if (part == "block_" && t.mode != IndexMode::PeriodicRows) continue;
+    names.push_back(part + n);
+    if (divisors) names.push_back(part + "div_" + n);
+  }
+  return names;
+}
+
 std::string dims_param(int rank, const std::string& name) {
   return "const mb::Dims<" + std::to_string(rank) + "> " + name;
 }

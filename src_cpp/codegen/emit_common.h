@@ -90,6 +90,17 @@ std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
                             const std::string& shape, const std::string& linear,
                             const std::string& indent, const std::string& divisors = "");
 
+// Declares off_<n>, where periodic input `n` holds element `linear`:
+// linear mod period, + (linear div block) * period with rows (Note
+// [Periodic operands]). The kernel has period_<n> (and block_<n>) and, with
+// `divisors`, their multipliers period_div_<n> (block_div_<n>).
+std::string periodic_offset(const TensorArg& t, const std::string& n, const std::string& linear,
+                            const std::string& indent, bool divisors);
+
+// The kernel parameters periodic_offset reads, in ABI order (none when `t`
+// is not periodic).
+std::vector<std::string> periodic_params(const TensorArg& t, const std::string& n, bool divisors);
+
 // The kernel parameter for a Dims<rank> argument, as source text and as ABI.
 std::string dims_param(int rank, const std::string& name);
 

@@ -135,15 +135,9 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
           {KernelParam::Kind::Dims, "shape_div", spec.rank});
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (!is_periodic(spec.inputs[k].mode)) continue;
-    const std::string n = "in" + std::to_string(k);
-    const bool rows = spec.inputs[k].mode == IndexMode::PeriodicRows;
-    for (const std::string part : {"period_", "block_"}) {
-      if (part == "block_" && !rows) continue;
-      param("const long long " + part + n, {KernelParam::Kind::Int64, part + n});
-      if (layout.periodic_divisors)
-        param("const long long " + part + "div_" + n,
-              {KernelParam::Kind::Int64, part + "div_" + n});
-    }
+    for (const std::string& name :
+         emit::periodic_params(spec.inputs[k], "in" + std::to_string(k), layout.periodic_divisors))
+      param("const long long " + name, {KernelParam::Kind::Int64, name});
   }
   auto strides = [&](const TensorArg& t, const std::string& n) {
     if (t.mode != IndexMode::Strided || t.rank == 0) return;
@@ -159,22 +153,6 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
 // The offset expression of tensor `n` at flat index i.
 std::string offset_of(const TensorArg& t, const std::string& n) {
   return t.mode == IndexMode::Strided || is_periodic(t.mode) ? "off_" + n : "i";
-}
-
-// Declares off_<n>, where periodic input `n` holds element `linear`:
-// linear mod period, + (linear div block) * period with rows.
-std::string periodic_offset(const Layout& layout, const TensorArg& t, const std::string& n,
-                            const std::string& linear, const std::string& indent) {
-  auto quotient = [&](const std::string& part) {
-    return layout.periodic_divisors ? "mb::fast_div(" + linear + ", " + part + "div_" + n + ")"
-                                    : "(" + linear + ") / static_cast<I>(" + part + n + ")";
-  };
-  const std::string period = "static_cast<I>(period_" + n + ")";
-  if (t.mode == IndexMode::Periodic)
-    return indent + "const I off_" + n + " = " + linear + " - " + quotient("period_") + " * " +
-           period + ";\n";
-  return indent + "const I off_" + n + " = " + linear + " + (" + quotient("block_") + " - " +
-         quotient("period_") + ") * " + period + ";\n";
 }
 
 std::vector<emit::OffsetTensor> strided_tensors(const PointwiseSpec& spec) {
@@ -248,7 +226,7 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
       src << "      mb::issue_strided<VEC>(in" << n << " + off_in" << n << ", " << inner << ", raw"
           << n << "[u]);\n";
     } else if (is_periodic(t.mode)) {
-      src << periodic_offset(layout, t, "in" + n, "v * VEC", "      ")
+      src << emit::periodic_offset(t, "in" + n, "v * VEC", "      ", layout.periodic_divisors)
           << "      mb::load_stored<VEC>(in" << n << " + off_in" << n << ", raw" << n << "[u]);\n";
     } else {
       src << "      mb::load_stored<VEC>(in" << n << " + v * VEC, raw" << n << "[u]);\n";
@@ -303,7 +281,8 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
                                  layout.fast_divisors ? "shape_div" : "");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (used[k] && is_periodic(spec.inputs[k].mode))
-      src << periodic_offset(layout, spec.inputs[k], "in" + std::to_string(k), "i", "    ");
+      src << emit::periodic_offset(spec.inputs[k], "in" + std::to_string(k), "i", "    ",
+                                   layout.periodic_divisors);
   }
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string n = "in" + std::to_string(k);

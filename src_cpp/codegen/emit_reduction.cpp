@@ -21,6 +21,7 @@ using emit::storage_type;
 
 struct Side {
   const PointwiseSpec& spec;
+  bool divisors;              // periodic inputs divide by multipliers (32-bit index)
   std::string ptr_prefix;     // "in" (prologue inputs) or "ein" (epilogue inputs)
   std::string scalar_prefix;  // kernel parameter names of argument scalars
   std::string shape;          // "in_shape" or "out_shape"
@@ -59,7 +60,19 @@ std::vector<emit::OffsetTensor> strided_of(const Side& side, bool with_outputs) 
 }
 
 std::string offset_of(const TensorArg& t, const std::string& n, const std::string& linear) {
-  return t.mode == IndexMode::Strided ? "off_" + n : linear;
+  return t.mode == IndexMode::Strided || is_periodic(t.mode) ? "off_" + n : linear;
+}
+
+// The kernel parameters of the side's periodic inputs (Note [Periodic
+// operands in reductions]), in ABI order.
+std::vector<std::string> periodic_names(const Side& side) {
+  std::vector<std::string> names;
+  for (std::size_t k = side.first_input; k < side.spec.inputs.size(); ++k) {
+    for (std::string& name : emit::periodic_params(
+             side.spec.inputs[k], side.ptr_prefix + std::to_string(k), side.divisors))
+      names.push_back(std::move(name));
+  }
+  return names;
 }
 
 // Struct members shared by Load and Store: pointers, scalars, shape, strides.
@@ -84,12 +97,18 @@ void members(const Side& side, bool with_outputs, std::ostringstream& src) {
   for (const auto& t : strided_of(side, with_outputs)) {
     if (t.rank > 0) src << "  mb::Dims<" << std::to_string(t.rank) << "> " << t.strides << ";\n";
   }
+  for (const std::string& name : periodic_names(side)) src << "  long long " << name << ";\n";
 }
 
 // Statements loading every used input at linear index `linear` into x<k>.
 void load_inputs(const Side& side, const std::string& linear, std::ostringstream& src) {
   const PointwiseSpec& spec = side.spec;
   const std::vector<bool> used = emit::used_inputs(spec);
+  for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
+    if (used[k] && is_periodic(spec.inputs[k].mode))
+      src << emit::periodic_offset(spec.inputs[k], side.ptr_prefix + std::to_string(k), linear,
+                                   "    ", side.divisors);
+  }
   for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
     const std::string n = side.ptr_prefix + std::to_string(k);
     const std::string ct(compute_type(spec.inputs[k].dtype));
@@ -247,6 +266,13 @@ void add_dims_params(const Side& side, bool with_outputs, std::vector<std::strin
   }
 }
 
+void add_periodic_params(const Side& side, std::vector<std::string>& init, Params& p) {
+  for (const std::string& name : periodic_names(side)) {
+    p.add("const long long " + name, {KernelParam::Kind::Int64, name});
+    init.push_back(name);
+  }
+}
+
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
@@ -261,8 +287,9 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
             spec.to_string());
   const PointwiseSpec prologue = effective_prologue(spec);
   const PointwiseSpec epilogue = effective_epilogue(spec);
-  const Side in{prologue, "in", "scalar", "in_shape", 0};
-  const Side out{epilogue, "ein", "escalar", "out_shape", 1};
+  const bool divisors = !spec.index64;  // fast_div takes 32-bit numerators
+  const Side in{prologue, divisors, "in", "scalar", "in_shape", 0};
+  const Side out{epilogue, divisors, "ein", "escalar", "out_shape", 1};
   const DType acc_dtype = reduction_acc_dtype(prologue.outputs[0].tensor.dtype);
 
   bool aligned = !prologue.inputs.empty();
@@ -302,6 +329,8 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     p.add("const long long inner", {KernelParam::Kind::Int64, "inner"});
   add_dims_params(in, false, p.load_init, p);
   add_dims_params(out, true, p.store_init, p);
+  add_periodic_params(in, p.load_init, p);
+  add_periodic_params(out, p.store_init, p);
 
   const std::string reducer = reducer_type(spec.op, acc_dtype);
   src << "extern \"C\" __global__ void __launch_bounds__("

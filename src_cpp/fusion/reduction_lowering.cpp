@@ -64,6 +64,21 @@ TensorArg arg_for(const TensorType& t, const std::string& space_key, int rank,
               : TensorArg{t.dtype, IndexMode::Strided, rank};
 }
 
+// An input's argument: arg_for's, or Periodic (PeriodicRows) where a
+// Strided input repeats in the walk of `space` (Note [Periodic operands in
+// reductions]).
+TensorArg input_arg_for(const TensorType& t, const TensorType& space, int rank,
+                        const std::vector<int>& order) {
+  TensorArg arg = arg_for(t, shape_key(space), rank, order);
+  if (arg.mode != IndexMode::Strided) return arg;
+  const PeriodicLayout periodic = static_periodic_layout(t, space, order);
+  if (periodic.period <= 1) return arg;
+  std::int64_t numel = 1;  // static: the layout has a period
+  for (const Dim& d : space.sizes) numel *= d.static_value();
+  return TensorArg{t.dtype, periodic.block == numel ? IndexMode::Periodic : IndexMode::PeriodicRows,
+                   0};
+}
+
 void make_general(PointwiseSpec& spec) {
   spec.index64 = true;
   if (spec.rank == 0) return;
@@ -220,10 +235,9 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
     *why = p;
     return nullptr;
   }
-  const std::string in_key = shape_key(in_type);
   for (std::size_t k = 0; k < pspec.inputs.size(); ++k)
     pspec.inputs[k] =
-        arg_for(graph.value(group->inputs[k]).tensor, in_key, in_rank, group->in_order);
+        input_arg_for(graph.value(group->inputs[k]).tensor, in_type, in_rank, group->in_order);
 
   // Epilogue: input 0 is the reduced value; outputs are what leaves the group.
   PointwiseSsa epi(graph);
@@ -256,8 +270,8 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
             "the epilogue's input 0 must be the reduced value");
   espec.inputs[0] = TensorArg{out_type.dtype, IndexMode::Contiguous, 0};
   for (std::size_t k = 1; k < espec.inputs.size(); ++k)
-    espec.inputs[k] =
-        arg_for(graph.value(group->epilogue_inputs[k]).tensor, out_key, out_rank, group->out_order);
+    espec.inputs[k] = input_arg_for(graph.value(group->epilogue_inputs[k]).tensor, out_type,
+                                    out_rank, group->out_order);
 
   ReductionSpec spec;
   spec.op = reduction.op;

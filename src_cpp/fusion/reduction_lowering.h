@@ -36,6 +36,19 @@ struct ReductionNode {
 std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode* out,
                             bool memory_range = false);
 
+// Note [Periodic operands in reductions]
+// A reduction's prologue may read operands smaller than the value it
+// reduces: a per-channel scale beside a channels-last activation whose
+// spatial mean the kernel computes, a gate per image and channel. Read as
+// Strided inputs they cost, per element, the flat index split into every
+// coordinate (a run-time division per dim). Where such an input's static
+// layout is periodic in the walk (Note [Periodic operands] in
+// pointwise_planner.h), the fast variant reads it at `i mod period (+ (i div
+// block) * period)`, the divisions as multipliers; the launch checks each
+// call's tensor and runs the general variant where the layout differs.
+// Epilogue inputs (the result space) are read the same way. No vector width
+// applies: reduction kernels load vectors only when every input is dense.
+//
 // The spec of prologue nodes + reduction + epilogue nodes (each ascending),
 // or null with *why. `members` is the whole group.
 std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& index,

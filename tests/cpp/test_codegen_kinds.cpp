@@ -15,6 +15,7 @@
 #include "codegen/emit_common.h"
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "ptx_testing.h"
 #include "spec/kernel_spec.h"
 
 namespace mybackend {
@@ -185,6 +186,62 @@ TEST(CodegenReduction, PrologueAndEpilogueFuse) {
     EXPECT_EQ(split_params, want);
   }
   for (std::size_t c : {2u, 3u}) EXPECT_TRUE(outcomes[c].ok()) << outcomes[c].error;
+}
+
+// Note [Periodic operands in reductions]: x (dense) times b, read at
+// i mod period, reduced; the epilogue adds e, read in rows. No shape, no
+// strides, no run-time division: the offsets multiply.
+TEST(CodegenReduction, PeriodicInputsReadAtTheirOffset) {
+  std::vector<Case> cases;
+  for (ReduceAxis axis : {ReduceAxis::Inner, ReduceAxis::Outer}) {
+    ReductionSpec spec = fused_reduction(axis, IndexMode::Aligned);
+    spec.prologue->inputs[1] = {DType::Float16, IndexMode::Periodic, 0};
+    spec.epilogue->inputs[1] = {DType::Float32, IndexMode::PeriodicRows, 0};
+    spec.epilogue->outputs[1].tensor = {DType::BFloat16, IndexMode::Contiguous, 0};
+    ASSERT_EQ(validate(spec), "") << spec.to_string();
+    cases.push_back({std::string(reduce_axis_name(axis)), emit_reduction(spec)});
+    ReductionSpec wide = spec;
+    wide.index64 = true;
+    cases.push_back({std::string(reduce_axis_name(axis)) + " index64", emit_reduction(wide)});
+  }
+  for (const Case& c : cases) {
+    std::vector<std::string> params;
+    for (const auto& p : c.kernel.entries[0].params) params.push_back(p.name);
+    const bool divisors = c.label.find("index64") == std::string::npos;
+    std::vector<std::string> periodic = {"period_in1", "period_ein1", "block_ein1"};
+    if (divisors)
+      periodic = {"period_in1",      "period_div_in1", "period_ein1",
+                  "period_div_ein1", "block_ein1",     "block_div_ein1"};
+    std::vector<std::string> got;
+    for (const auto& name : params) {
+      if (name.rfind("period_", 0) == 0 || name.rfind("block_", 0) == 0) got.push_back(name);
+      EXPECT_EQ(name.find("shape"), std::string::npos) << c.label << ": " << name;
+      EXPECT_EQ(name.find("stride_"), std::string::npos) << c.label << ": " << name;
+    }
+    EXPECT_EQ(got, periodic) << c.label;
+    // The split entries take the same parameters (and read them alike).
+    for (std::size_t e = 1; e < c.kernel.entries.size(); ++e)
+      EXPECT_EQ(c.kernel.entries[e].params.size(), params.size() + 2) << c.label;
+  }
+  // The same reductions over dense inputs only: the loops' own divisions.
+  for (ReduceAxis axis : {ReduceAxis::Inner, ReduceAxis::Outer}) {
+    ReductionSpec dense = fused_reduction(axis, IndexMode::Aligned);
+    dense.epilogue->inputs[1] = {DType::Float32, IndexMode::Contiguous, 0};
+    dense.epilogue->outputs[1].tensor = {DType::BFloat16, IndexMode::Contiguous, 0};
+    cases.push_back({std::string(reduce_axis_name(axis)) + " dense", emit_reduction(dense)});
+  }
+  const auto outcomes = compile_all(cases);
+  const std::regex division(R"(div\.[su]32)");
+  auto divisions = [&](std::size_t k) {
+    const std::string& ptx = outcomes[k].kernel->image;
+    return std::distance(std::sregex_iterator(ptx.begin(), ptx.end(), division),
+                         std::sregex_iterator());
+  };
+  for (std::size_t k = 0; k < outcomes.size(); ++k)
+    ASSERT_TRUE(outcomes[k].ok()) << cases[k].label << ": " << outcomes[k].error;
+  // Cases 0 and 2 are the 32-bit periodic kernels, 4 and 5 their dense twins.
+  EXPECT_EQ(divisions(0), divisions(4)) << "the 32-bit variant divides by multiplying";
+  EXPECT_EQ(divisions(2), divisions(5)) << "the 32-bit variant divides by multiplying";
 }
 
 // The PTX of one entry: from its .entry line to the next function.

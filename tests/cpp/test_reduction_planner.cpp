@@ -76,11 +76,13 @@ TEST(ReductionPlanner, ChannelsLastMeansWalkMemoryOrder) {
   EXPECT_EQ(r.reduce_begin, 1);
   EXPECT_EQ(r.reduce_end, 3);
   EXPECT_EQ(r.spec.axis, ReduceAxis::Outer);
-  // x is dense in the walk; the per-channel scale is read broadcast.
+  // x is dense in the walk; the per-channel scale repeats every C elements
+  // of it (Note [Periodic operands in reductions]), in the fast variant.
   ASSERT_EQ(r.inputs.size(), 2u);
   for (std::size_t k = 0; k < 2; ++k) {
-    const IndexMode expected = r.inputs[k] == 0 ? IndexMode::Aligned : IndexMode::Strided;
+    const IndexMode expected = r.inputs[k] == 0 ? IndexMode::Aligned : IndexMode::Periodic;
     EXPECT_EQ(r.spec.prologue->inputs[k].mode, expected) << r.spec.to_string();
+    EXPECT_EQ(r.general.prologue->inputs[k].mode, IndexMode::Strided) << r.general.to_string();
   }
   // mul and silu are the prologue; rsqrt, of another shape, is not.
   EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{1, 2, 3}));

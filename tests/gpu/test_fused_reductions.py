@@ -19,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mybackend import _C
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
+from tests.gpu.test_fused_kernels import _fetched_images
 from tests.testing import error_ratio_check
 
 pytestmark = [
@@ -751,3 +752,48 @@ def test_channels_last_reductions_walk_memory_order(
     compiled = _check(fn, x, scale, kind="reduction", tol=TOL_SUM[dtype])
     (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
     assert f"({axis}) with" in group["why"] and "prologue" in group["why"], group
+
+
+PERIODIC_OPERANDS: dict[
+    str, tuple[Callable[..., Any], Callable[[int, int], tuple[int, ...]], str]
+] = {
+    # Note [Periodic operands in reductions]: a batch norm's scale [C, 1, 1]
+    # beside a channels-last image repeats every C elements of the walk; a
+    # squeeze-excitation gate [N, C, 1, 1] in rows of C, one per image.
+    "scale": (
+        lambda x, s: F.silu(x * s).mean((2, 3), keepdim=True),
+        lambda n, c: (c, 1, 1),
+        "periodic",
+    ),
+    "gate": (lambda x, g: (x * g).abs().sum((0, 2, 3)), lambda n, c: (n, c, 1, 1), "periodic_rows"),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("name", list(PERIODIC_OPERANDS))
+@pytest.mark.parametrize("shape", [(2, 96, 14, 14), (1, 40, 7, 9), (3, 5, 33, 2)], ids=str)
+def test_operands_repeating_in_the_walk_are_read_periodic(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """The fast variant, reading the smaller operand at i mod period, runs
+    and agrees with eager; an operand of another layout on a later call
+    (dense over H and W where the plan saw size 1) runs the general one."""
+    fn, operand_shape, mode = PERIODIC_OPERANDS[name]
+    if shape[0] == 1:
+        mode = "periodic"  # one image: a gate's rows are one period
+    x = _randn(*shape, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    operand = torch.rand(operand_shape(shape[0], shape[1]), device="cuda", dtype=dtype) + 0.5
+    before = _C.kernel_cache_stats()
+    compiled = _check(fn, x, operand, kind="reduction", tol=TOL_SUM[dtype])
+    # The fast variant, fetched with the graph, was all the call needed (Note
+    # [Variants compiled on first use]: a general one is fetched when needed).
+    assert _fetched_images(before, _C.kernel_cache_stats()) == 1
+    (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
+    assert mode in group["spec"].split("prologue:")[1].split("epilogue:")[0], group["spec"]
+    # The same values at the strides of a dense [.., C, H, W] tensor: not
+    # periodic in the walk (the launch checks each call's tensors).
+    dense = operand.expand(*operand.shape[:-2], *shape[2:]).contiguous()
+    middle = _C.kernel_cache_stats()
+    got = compiled.run([x, dense.as_strided(operand.shape, dense.stride())])
+    torch.testing.assert_close(got[0], fn(x, operand), **TOL_SUM[dtype])
+    assert _fetched_images(middle, _C.kernel_cache_stats()) == 1

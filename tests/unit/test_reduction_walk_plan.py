@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.unit.test_matmul_plan import _kernels, _on_fake_cuda
 
@@ -70,3 +71,26 @@ def test_channels_and_width_of_channels_last_are_one_range_in_memory() -> None:
 )
 def test_dims_apart_in_both_orders_stay_aten(fn: Any, image: Any) -> None:
     assert _reductions(fn, image) == []
+
+
+@pytest.mark.parametrize(
+    "fn, operand, mode",
+    [
+        # A batch norm's per-channel scale, beside a channels-last image.
+        (lambda x, s: F.silu(x * s).mean((2, 3), keepdim=True), (8, 1, 1), "periodic"),
+        # A gate per image and channel: rows of C, repeated over H and W.
+        (lambda x, g: (x * g).sum((0, 2, 3)), (2, 8, 1, 1), "periodic_rows"),
+    ],
+    ids=["per_channel", "per_image_and_channel"],
+)
+def test_operands_that_repeat_in_the_walk_are_periodic(fn: Any, operand: Any, mode: str) -> None:
+    """Note [Periodic operands in reductions]: the smaller operand of a
+    prologue is read at i mod period in the fast variant, not Strided."""
+    examples = [
+        torch.empty(IMAGE[0]).contiguous(memory_format=CL),
+        torch.empty(operand),
+    ]
+    kernels, _ = _kernels(_on_fake_cuda(fn, *examples), generated_kernels=True)
+    (group,) = [k for k in kernels if k["kind"] == "reduction"]
+    prologue = group["spec"].split("prologue:")[1].split("epilogue:")[0]
+    assert mode in prologue and "strided" not in prologue, group["spec"]

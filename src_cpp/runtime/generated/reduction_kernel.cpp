@@ -14,6 +14,7 @@
 
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "runtime/fast_divisors.h"
 
 namespace mybackend {
 namespace {
@@ -53,16 +54,29 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     std::int64_t rows = 1, n = 1, inner = 1;  // rows is `outer` for Outer reductions
     std::vector<at::Tensor> inputs, epilogue_inputs, outputs;  // epilogue_inputs[0] unused
     std::vector<std::vector<std::int64_t>> in_strides, ein_strides, out_strides;
+    // Each periodic input's layout in the walk, set by fast_fits (Note
+    // [Periodic operands in reductions]).
+    std::vector<PeriodicLayout> in_periodic, ein_periodic;
   };
 
   static bool side_fits(const std::vector<at::Tensor>& tensors, std::size_t first,
                         const std::vector<TensorArg>& args,
                         const std::vector<std::vector<std::int64_t>>& strides,
-                        const std::vector<std::int64_t>& shape, std::int64_t numel) {
+                        const std::vector<std::int64_t>& shape, std::int64_t numel,
+                        std::vector<PeriodicLayout>* periodic) {
     if (numel >= kIndex32Limit) return false;
+    if (periodic) periodic->assign(tensors.size(), PeriodicLayout{});
     for (std::size_t k = first; k < tensors.size(); ++k) {
       if (args[k].mode == IndexMode::Strided) {
         if (max_offset(shape, strides[k]) >= kIndex32Limit) return false;
+        continue;
+      }
+      if (is_periodic(args[k].mode)) {
+        const PeriodicLayout layout = periodic_layout(shape, strides[k]);
+        if (layout.period <= 1) return false;
+        // Periodic without rows: the one block is the whole walk.
+        if (args[k].mode == IndexMode::Periodic && layout.block != numel) return false;
+        (*periodic)[k] = layout;
         continue;
       }
       // Dense in the walk's order (Note [Reductions walked in memory order]).
@@ -72,16 +86,17 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     return true;
   }
 
-  bool fast_fits(const Call& c) const {
+  bool fast_fits(Call& c) const {
     const ReductionSpec& s = group_->spec;
     std::vector<TensorArg> outs;
     for (const auto& o : s.epilogue->outputs) outs.push_back(o.tensor);
     const std::int64_t in_numel = product(c.in_shape, 0, c.in_shape.size());
     const std::int64_t out_numel = product(c.out_shape, 0, c.out_shape.size());
-    return side_fits(c.inputs, 0, s.prologue->inputs, c.in_strides, c.in_shape, in_numel) &&
+    return side_fits(c.inputs, 0, s.prologue->inputs, c.in_strides, c.in_shape, in_numel,
+                     &c.in_periodic) &&
            side_fits(c.epilogue_inputs, 1, s.epilogue->inputs, c.ein_strides, c.out_shape,
-                     out_numel) &&
-           side_fits(c.outputs, 0, outs, c.out_strides, c.out_shape, out_numel);
+                     out_numel, &c.ein_periodic) &&
+           side_fits(c.outputs, 0, outs, c.out_strides, c.out_shape, out_numel, nullptr);
   }
 
   bool launch(ValueSlots& slots, const SymbolBindings& bindings,
@@ -221,12 +236,31 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     launch_entry(v, 0, c, device_index, std::min(blocks, resident), nullptr, 0);
   }
 
+  // The value of a periodic input's parameter (period_in3, block_div_ein1).
+  template <class Parse>
+  static std::int64_t periodic_argument(const std::string& name, const Call& c, Parse parse) {
+    std::string side;
+    const std::size_t k = parse(name, &side);
+    MB_ASSERT(side != "out", "unexpected kernel parameter ", name);
+    const PeriodicLayout& layout = (side == "in" ? c.in_periodic : c.ein_periodic).at(k);
+    const bool block = name.rfind("block_", 0) == 0;
+    const std::int64_t size = block ? layout.block : layout.period;
+    return name.find("div_") != std::string::npos ? packed_divisor(size) : size;
+  }
+
   void launch_entry(std::size_t v, std::size_t e, const Call& c, int device_index,
                     std::int64_t grid, const at::Tensor* partials, std::int64_t chunk) const {
     const KernelEntry& entry = variants_[v].kernel.entries[e];
-    // "in3", "ein2", "out1" with an optional "stride_" prefix -> (side, index).
+    // "in3", "ein2", "out1" with an optional "stride_", "period_" ... prefix
+    // -> (side, index).
     auto parse = [](const std::string& name, std::string* side) {
-      const std::string base = name.rfind("stride_", 0) == 0 ? name.substr(7) : name;
+      std::string base = name;
+      for (const char* role : {"stride_", "period_div_", "period_", "block_div_", "block_"}) {
+        if (base.rfind(role, 0) == 0) {
+          base = base.substr(std::string(role).size());
+          break;
+        }
+      }
       for (const char* prefix : {"ein", "out", "in"}) {
         const std::string p(prefix);
         if (base.rfind(p, 0) == 0) {
@@ -264,7 +298,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
           else if (p.name == "chunk")
             args.set_int(i, chunk);
           else
-            MB_ASSERT(false, "unexpected kernel parameter ", p.name);
+            args.set_int(i, periodic_argument(p.name, c, parse));
           break;
         case KernelParam::Kind::Dims: {
           if (p.name == "in_shape") {
