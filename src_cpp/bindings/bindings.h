@@ -20,7 +20,7 @@ void bind_conv(py::module_& m);
 
 // Shared by the topic files: compile options and reports use them too.
 CapabilityOptions capability_options_from(const py::dict& options);  // compile.cpp
-py::dict partition_result_to_dict(const PartitionResult& result);   // partition.cpp
+py::dict partition_result_to_dict(const PartitionResult& result);    // partition.cpp
 
 // Python value <-> IValue for the runtime's inputs, outputs and fallbacks.
 c10::IValue to_ivalue(py::handle object);

@@ -27,7 +27,8 @@ Argument to_argument(py::handle object) {
   }
   if (py::isinstance<py::tuple>(object)) {
     auto tuple = object.cast<py::tuple>();
-    MB_CHECK(tuple.size() == 2, "a tagged argument must be a pair, got ", py::str(object).cast<std::string>());
+    MB_CHECK(tuple.size() == 2, "a tagged argument must be a pair, got ",
+             py::str(object).cast<std::string>());
     auto tag = tuple[0].cast<std::string>();
     if (tag == "v") return Argument::of_value(tuple[1].cast<ValueId>());
     if (tag == "layout") return Argument::of_layout(tuple[1].cast<std::int64_t>());
@@ -41,8 +42,7 @@ Argument to_argument(py::handle object) {
     }
     MB_CHECK(false, "unknown argument tag '", tag, "'");
   }
-  MB_CHECK(false, "cannot pass a Python ", Py_TYPE(object.ptr())->tp_name,
-           " as a graph argument");
+  MB_CHECK(false, "cannot pass a Python ", Py_TYPE(object.ptr())->tp_name, " as a graph argument");
   return Argument::none();
 }
 
@@ -81,8 +81,11 @@ GraphBuilder::OutputSpec to_spec(const py::tuple& spec) {
     if (!spec[1].is_none()) out.symbolic = to_dim(spec[1]);
     out.name = spec[2].cast<std::string>();
   } else {
-    MB_CHECK(kind == "float" || kind == "bool" || kind == "opaque", "unknown value kind '", kind, "'");
-    out.kind = kind == "float" ? ValueKind::Float : kind == "bool" ? ValueKind::Bool : ValueKind::Opaque;
+    MB_CHECK(kind == "float" || kind == "bool" || kind == "opaque", "unknown value kind '", kind,
+             "'");
+    out.kind = kind == "float"  ? ValueKind::Float
+               : kind == "bool" ? ValueKind::Bool
+                                : ValueKind::Opaque;
     out.name = spec[1].cast<std::string>();
   }
   return out;
@@ -108,18 +111,21 @@ void bind_ir(py::module_& m) {
 
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<>())
-      .def("add_input", [](GraphBuilder& b, const py::tuple& spec) { return b.add_input(to_spec(spec)); })
-      .def("add_node",
-           [](GraphBuilder& b, const std::string& kind, std::string op, const py::list& args,
-              const py::list& outputs, std::string name, std::string source) {
-             std::vector<GraphBuilder::OutputSpec> specs;
-             for (py::handle spec : outputs) specs.push_back(to_spec(spec.cast<py::tuple>()));
-             return b.add_node(to_node_kind(kind), std::move(op), to_arguments(args), specs,
-                               std::move(name), std::move(source));
-           },
-           py::arg("kind"), py::arg("op"), py::arg("args"), py::arg("outputs"),
-           py::arg("name") = "", py::arg("source") = "")
-      .def("set_outputs", [](GraphBuilder& b, const py::list& outputs) { b.set_outputs(to_arguments(outputs)); })
+      .def("add_input",
+           [](GraphBuilder& b, const py::tuple& spec) { return b.add_input(to_spec(spec)); })
+      .def(
+          "add_node",
+          [](GraphBuilder& b, const std::string& kind, std::string op, const py::list& args,
+             const py::list& outputs, std::string name, std::string source) {
+            std::vector<GraphBuilder::OutputSpec> specs;
+            for (py::handle spec : outputs) specs.push_back(to_spec(spec.cast<py::tuple>()));
+            return b.add_node(to_node_kind(kind), std::move(op), to_arguments(args), specs,
+                              std::move(name), std::move(source));
+          },
+          py::arg("kind"), py::arg("op"), py::arg("args"), py::arg("outputs"), py::arg("name") = "",
+          py::arg("source") = "")
+      .def("set_outputs",
+           [](GraphBuilder& b, const py::list& outputs) { b.set_outputs(to_arguments(outputs)); })
       .def("build", [](GraphBuilder& b) { return std::make_shared<Graph>(b.build()); });
 }
 

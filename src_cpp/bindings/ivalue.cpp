@@ -49,7 +49,8 @@ c10::IValue to_ivalue(py::handle object) {
 }
 
 py::object from_ivalue(const c10::IValue& value) {
-  if (value.isTensor()) return py::reinterpret_steal<py::object>(THPVariable_Wrap(value.toTensor()));
+  if (value.isTensor())
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(value.toTensor()));
   return torch::jit::toPyObject(value);
 }
 

@@ -37,8 +37,8 @@ SupportPredicate floating_tensors() {
 
 SupportPredicate numeric_tensors() {
   return tensors_with_dtypes({DType::Float16, DType::BFloat16, DType::Float32, DType::Float64,
-                              DType::UInt8, DType::Int8, DType::Int16, DType::Int32,
-                              DType::Int64, DType::Bool});
+                              DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64,
+                              DType::Bool});
 }
 
 SupportPredicate max_rank(int rank) {
@@ -46,8 +46,8 @@ SupportPredicate max_rank(int rank) {
     for (ValueId id : tensor_values(graph, node)) {
       if (graph.value(id).tensor.rank() > rank) {
         return "tensor %" + std::to_string(id) + " has rank " +
-               std::to_string(graph.value(id).tensor.rank()) + "; at most " +
-               std::to_string(rank) + " is supported";
+               std::to_string(graph.value(id).tensor.rank()) + "; at most " + std::to_string(rank) +
+               " is supported";
       }
     }
     return std::nullopt;

@@ -64,7 +64,7 @@ struct OpEntry {
 };
 
 struct CapabilityOptions {
-  std::vector<std::string> disabled_ops;  // forced unsupported (tests, bisecting a bad kernel)
+  std::vector<std::string> disabled_ops;      // forced unsupported (tests, bisecting a bad kernel)
   std::vector<std::string> disabled_classes;  // e.g. "matmul"
 };
 

@@ -39,18 +39,18 @@ std::string concat(Parts&&... parts) {
 }  // namespace detail
 }  // namespace mybackend
 
-#define MB_CHECK(condition, ...)                                                                \
-  do {                                                                                          \
-    if (!(condition)) {                                                                         \
-      ::mybackend::detail::throw_check_failure(__FILE__, __LINE__,                              \
-                                               ::mybackend::detail::concat(__VA_ARGS__));       \
-    }                                                                                           \
+#define MB_CHECK(condition, ...)                                                          \
+  do {                                                                                    \
+    if (!(condition)) {                                                                   \
+      ::mybackend::detail::throw_check_failure(__FILE__, __LINE__,                        \
+                                               ::mybackend::detail::concat(__VA_ARGS__)); \
+    }                                                                                     \
   } while (0)
 
-#define MB_ASSERT(condition, ...)                                                               \
-  do {                                                                                          \
-    if (!(condition)) {                                                                         \
-      ::mybackend::detail::throw_internal_failure(                                              \
-          __FILE__, __LINE__, #condition, ::mybackend::detail::concat("", ##__VA_ARGS__));      \
-    }                                                                                           \
+#define MB_ASSERT(condition, ...)                                                                  \
+  do {                                                                                             \
+    if (!(condition)) {                                                                            \
+      ::mybackend::detail::throw_internal_failure(__FILE__, __LINE__, #condition,                  \
+                                                  ::mybackend::detail::concat("", ##__VA_ARGS__)); \
+    }                                                                                              \
   } while (0)

@@ -64,10 +64,8 @@ bool is_floating(DType dtype) {
     case DType::Float64:
     case DType::BFloat16:
     case DType::Float8E5M2:
-    case DType::Float8E4M3FN:
-      return true;
-    default:
-      return false;
+    case DType::Float8E4M3FN: return true;
+    default: return false;
   }
 }
 
@@ -105,18 +103,10 @@ Device Device::parse(std::string_view text) {
 std::string Device::str() const {
   std::string name;
   switch (type) {
-    case DeviceType::CPU:
-      name = "cpu";
-      break;
-    case DeviceType::CUDA:
-      name = "cuda";
-      break;
-    case DeviceType::Meta:
-      name = "meta";
-      break;
-    case DeviceType::Other:
-      name = other_name;
-      break;
+    case DeviceType::CPU: name = "cpu"; break;
+    case DeviceType::CUDA: name = "cuda"; break;
+    case DeviceType::Meta: name = "meta"; break;
+    case DeviceType::Other: name = other_name; break;
   }
   if (index >= 0) name += ":" + std::to_string(index);
   return name;

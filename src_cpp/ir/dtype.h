@@ -46,7 +46,7 @@ enum class DeviceType : std::int8_t { CPU, CUDA, Meta, Other };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
-  int index = -1;  // -1: no index given
+  int index = -1;          // -1: no index given
   std::string other_name;  // set only for DeviceType::Other
 
   static Device parse(std::string_view text);  // "cpu", "cuda:0", "meta", ...

@@ -125,8 +125,8 @@ void Graph::verify() const {
   std::vector<bool> defined(values_.size(), false);
   auto check_arg_defined = [&](const Argument& arg, const std::string& where) {
     arg.for_each_value([&](ValueId id) {
-      MB_CHECK(id >= 0 && id < static_cast<ValueId>(values_.size()), where,
-               " names value %", id, ", which does not exist");
+      MB_CHECK(id >= 0 && id < static_cast<ValueId>(values_.size()), where, " names value %", id,
+               ", which does not exist");
       MB_CHECK(defined[id], where, " uses value %", id, " before it is defined");
     });
   };
@@ -142,8 +142,8 @@ void Graph::verify() const {
     for (const auto& arg : node.args) check_arg_defined(arg, "node " + node.op);
     for (std::size_t k = 0; k < node.outputs.size(); ++k) {
       const Value& out = value(node.outputs[k]);
-      MB_CHECK(out.producer == node.id && out.output_index == static_cast<int>(k),
-               "value %", out.id, " does not record node ", n, " as its producer");
+      MB_CHECK(out.producer == node.id && out.output_index == static_cast<int>(k), "value %",
+               out.id, " does not record node ", n, " as its producer");
       MB_CHECK(!defined[out.id], "value %", out.id, " is defined twice");
       defined[out.id] = true;
     }

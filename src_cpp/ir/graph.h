@@ -37,8 +37,8 @@ enum class ValueKind : std::int8_t { Tensor, Int, Float, Bool, Opaque };
 struct Value {
   ValueId id = 0;
   ValueKind kind = ValueKind::Opaque;
-  TensorType tensor;             // meaningful when kind == Tensor
-  std::optional<Dim> symbolic;   // for Int values: the expression dynamo knows it by
+  TensorType tensor;            // meaningful when kind == Tensor
+  std::optional<Dim> symbolic;  // for Int values: the expression dynamo knows it by
   NodeId producer = kGraphInput;
   int output_index = 0;  // position among the producer's outputs, or among graph inputs
   std::string name;      // the FX name, for reports
@@ -48,7 +48,17 @@ struct Value {
 // values; SymInt[] mixes Int and Value).
 struct Argument {
   enum class Kind : std::int8_t {
-    None, Bool, Int, Float, String, DType, Layout, MemoryFormat, Device, Value, List
+    None,
+    Bool,
+    Int,
+    Float,
+    String,
+    DType,
+    Layout,
+    MemoryFormat,
+    Device,
+    Value,
+    List
   };
   Kind kind = Kind::None;
   bool b = false;

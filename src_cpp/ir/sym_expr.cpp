@@ -16,9 +16,12 @@ struct OperatorName {
 };
 
 constexpr OperatorName kOperators[] = {
-    {SymExpr::Kind::Add, "add", " + "},     {SymExpr::Kind::Mul, "mul", "*"},
-    {SymExpr::Kind::FloorDiv, "floordiv", "//"}, {SymExpr::Kind::Mod, "mod", " % "},
-    {SymExpr::Kind::Max, "max", ""},         {SymExpr::Kind::Min, "min", ""},
+    {SymExpr::Kind::Add, "add", " + "},
+    {SymExpr::Kind::Mul, "mul", "*"},
+    {SymExpr::Kind::FloorDiv, "floordiv", "//"},
+    {SymExpr::Kind::Mod, "mod", " % "},
+    {SymExpr::Kind::Max, "max", ""},
+    {SymExpr::Kind::Min, "min", ""},
     {SymExpr::Kind::Pow, "pow", "**"},
 };
 
@@ -113,7 +116,10 @@ std::int64_t integer_pow(std::int64_t base, std::int64_t exponent) {
 
 SymExpr::SymExpr(Kind kind, std::int64_t constant, std::string symbol,
                  std::vector<SymExprPtr> operands)
-    : kind_(kind), constant_(constant), symbol_(std::move(symbol)), operands_(std::move(operands)) {}
+    : kind_(kind),
+      constant_(constant),
+      symbol_(std::move(symbol)),
+      operands_(std::move(operands)) {}
 
 SymExprPtr SymExpr::parse(std::string_view prefix_text) {
   return PrefixParser(prefix_text).parse_all();
@@ -124,7 +130,8 @@ SymExprPtr SymExpr::constant(std::int64_t value) {
 }
 
 SymExprPtr SymExpr::symbol(std::string name) {
-  return std::make_shared<const SymExpr>(Kind::Symbol, 0, std::move(name), std::vector<SymExprPtr>{});
+  return std::make_shared<const SymExpr>(Kind::Symbol, 0, std::move(name),
+                                         std::vector<SymExprPtr>{});
 }
 
 std::optional<std::int64_t> SymExpr::evaluate(const SymbolBindings& bindings) const {

@@ -97,7 +97,8 @@ void merge_in_reverse(const PartitionerInput& input, CycleFreeMerger& merger) {
       std::vector<int> distinct;
       for (int partition : recent) {
         bool seen = false;
-        for (int kept : distinct) seen = seen || merger.cluster_of(kept) == merger.cluster_of(partition);
+        for (int kept : distinct)
+          seen = seen || merger.cluster_of(kept) == merger.cluster_of(partition);
         if (!seen) distinct.push_back(partition);
       }
       recent = std::move(distinct);

@@ -47,10 +47,10 @@ struct ScheduleStep {
 };
 
 struct PartitionResult {
-  std::vector<int> partition_of;              // per node: partition index, or -1
-  std::vector<std::vector<int>> partitions;   // node ids, ascending, per partition
-  std::vector<DroppedNode> dropped;           // supported nodes left out, with the reason
-  std::vector<ScheduleStep> schedule;         // every partition and every other node, once
+  std::vector<int> partition_of;             // per node: partition index, or -1
+  std::vector<std::vector<int>> partitions;  // node ids, ascending, per partition
+  std::vector<DroppedNode> dropped;          // supported nodes left out, with the reason
+  std::vector<ScheduleStep> schedule;        // every partition and every other node, once
 };
 
 PartitionResult partition_dag(const PartitionerInput& input, const PartitionerOptions& options);

@@ -1,7 +1,7 @@
 #include "runtime/aten_call.h"
 
-#include <ATen/core/List.h>
 #include <ATen/ScalarOps.h>
+#include <ATen/core/List.h>
 #include <ATen/core/jit_type.h>
 
 #include <algorithm>
@@ -82,8 +82,8 @@ c10::IValue argument_to_ivalue(const Argument& arg, const c10::TypePtr& type,
   }
   // Decompositions pass Python numbers where a schema says Tensor
   // (sub.Tensor(1, x)); Python's argument parser wraps them, so do we.
-  if (target->kind() == c10::TypeKind::TensorType && (value.isInt() || value.isDouble() ||
-                                                      value.isBool())) {
+  if (target->kind() == c10::TypeKind::TensorType &&
+      (value.isInt() || value.isDouble() || value.isBool())) {
     return at::native::wrapped_scalar_tensor(value.toScalar());
   }
   return value;
@@ -148,9 +148,8 @@ std::vector<int> mutated_inputs(const Graph& graph) {
 AtenCall::AtenCall(const Graph& graph, const Node& node)
     : node_(&node), op_(resolve_operator(node)), rng_state_(node, op_.schema()) {
   const auto& schema_args = op_.schema().arguments();
-  MB_CHECK(node.args.size() <= schema_args.size(), "node ", node.name, " passes ",
-           node.args.size(), " arguments to ", node.op, ", whose schema takes ",
-           schema_args.size());
+  MB_CHECK(node.args.size() <= schema_args.size(), "node ", node.name, " passes ", node.args.size(),
+           " arguments to ", node.op, ", whose schema takes ", schema_args.size());
   for (const auto& ret : op_.schema().returns()) {
     list_returns_.push_back(ret.type()->kind() == c10::TypeKind::ListType);
   }

@@ -44,7 +44,8 @@ Builtin arithmetic(std::function<std::int64_t(std::int64_t, std::int64_t)> on_in
 Builtin comparison(std::function<bool(double, double)> compare) {
   return [compare](const Operands& x) -> c10::IValue {
     MB_CHECK(x.size() == 2, "comparison given ", x.size(), " operands");
-    if (all_ints(x)) return compare(static_cast<double>(as_int(x[0])), static_cast<double>(as_int(x[1])));
+    if (all_ints(x))
+      return compare(static_cast<double>(as_int(x[0])), static_cast<double>(as_int(x[1])));
     return compare(as_double(x[0]), as_double(x[1]));
   };
 }
@@ -65,10 +66,11 @@ const std::map<std::string, Builtin>& table() {
                   [](double a, double b) { return a - std::floor(a / b) * b; })},
       {"builtin::truediv",
        [](const Operands& x) -> c10::IValue { return as_double(x.at(0)) / as_double(x.at(1)); }},
-      {"builtin::pow",
-       arithmetic([](std::int64_t a, std::int64_t b) {
-         return static_cast<std::int64_t>(std::llround(std::pow(a, b)));
-       }, [](double a, double b) { return std::pow(a, b); })},
+      {"builtin::pow", arithmetic(
+                           [](std::int64_t a, std::int64_t b) {
+                             return static_cast<std::int64_t>(std::llround(std::pow(a, b)));
+                           },
+                           [](double a, double b) { return std::pow(a, b); })},
       {"builtin::max", arithmetic([](std::int64_t a, std::int64_t b) { return std::max(a, b); },
                                   [](double a, double b) { return std::max(a, b); })},
       {"builtin::min", arithmetic([](std::int64_t a, std::int64_t b) { return std::min(a, b); },
@@ -85,17 +87,27 @@ const std::map<std::string, Builtin>& table() {
       {"builtin::gt", comparison(std::greater<>())},
       {"builtin::ge", comparison(std::greater_equal<>())},
       {"builtin::not", [](const Operands& x) -> c10::IValue { return !as_int(x.at(0)); }},
-      {"builtin::and", [](const Operands& x) -> c10::IValue {
-         return as_int(x.at(0)) != 0 && as_int(x.at(1)) != 0; }},
-      {"builtin::or", [](const Operands& x) -> c10::IValue {
-         return as_int(x.at(0)) != 0 || as_int(x.at(1)) != 0; }},
+      {"builtin::and",
+       [](const Operands& x) -> c10::IValue {
+         return as_int(x.at(0)) != 0 && as_int(x.at(1)) != 0;
+       }},
+      {"builtin::or",
+       [](const Operands& x) -> c10::IValue {
+         return as_int(x.at(0)) != 0 || as_int(x.at(1)) != 0;
+       }},
       {"builtin::float", unary_double([](double a) { return a; })},
-      {"builtin::int", [](const Operands& x) -> c10::IValue {
-         return static_cast<std::int64_t>(as_double(x.at(0))); }},
-      {"builtin::ceil", [](const Operands& x) -> c10::IValue {
-         return static_cast<std::int64_t>(std::ceil(as_double(x.at(0)))); }},
-      {"builtin::floor", [](const Operands& x) -> c10::IValue {
-         return static_cast<std::int64_t>(std::floor(as_double(x.at(0)))); }},
+      {"builtin::int",
+       [](const Operands& x) -> c10::IValue {
+         return static_cast<std::int64_t>(as_double(x.at(0)));
+       }},
+      {"builtin::ceil",
+       [](const Operands& x) -> c10::IValue {
+         return static_cast<std::int64_t>(std::ceil(as_double(x.at(0))));
+       }},
+      {"builtin::floor",
+       [](const Operands& x) -> c10::IValue {
+         return static_cast<std::int64_t>(std::floor(as_double(x.at(0))));
+       }},
       {"builtin::sqrt", unary_double([](double a) { return std::sqrt(a); })},
   };
   return builtins;
