@@ -126,7 +126,9 @@ def test_unaligned_inputs_take_the_safe_path() -> None:
     b = torch.randn(64, device="cuda")
     compiled = _compile(_chain, torch.randn(4, 64, device="cuda"), b)
     # "pointwise: <fast> + <general> (general) for sm_90 cubin"
-    general = compiled.report()["kernels"][0]["kernel"].split(" + ")[1].split(" ")[0]
+    description = compiled.report()["kernels"][0]["kernel"]
+    assert "(general)" in description, description
+    general = description.split(" + ")[1].split(" ")[0]
     before = _C.kernel_cache_stats()
     aligned = torch.randn(4, 64, device="cuda")
     torch.testing.assert_close(
@@ -140,9 +142,11 @@ def test_unaligned_inputs_take_the_safe_path() -> None:
     torch.testing.assert_close(got, _chain(x, b), **TOL[torch.float32])
     assert general in [e.name for e in prof.events()]
     # Note [Variants compiled on first use]: the general variant is fetched
-    # (compiled, or read from a cache) by the first call that needs it.
+    # (compiled, or read from a cache) by the first call that needs it; the
+    # report then says a call used it.
     assert _fetched_images(before, middle) == 0
     assert _fetched_images(middle, after) == 1
+    assert "(general, used)" in compiled.report()["kernels"][0]["kernel"]
 
 
 def test_groups_that_differ_in_a_scalar_share_one_program() -> None:

@@ -790,6 +790,7 @@ def test_operands_repeating_in_the_walk_are_read_periodic(
     assert _fetched_images(before, _C.kernel_cache_stats()) == 1
     (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
     assert mode in group["spec"].split("prologue:")[1].split("epilogue:")[0], group["spec"]
+    assert "(general)" in group["kernel"], group["kernel"]  # not used yet
     # The same values at the strides of a dense [.., C, H, W] tensor: not
     # periodic in the walk (the launch checks each call's tensors).
     dense = operand.expand(*operand.shape[:-2], *shape[2:]).contiguous()
@@ -797,3 +798,5 @@ def test_operands_repeating_in_the_walk_are_read_periodic(
     got = compiled.run([x, dense.as_strided(operand.shape, dense.stride())])
     torch.testing.assert_close(got[0], fn(x, operand), **TOL_SUM[dtype])
     assert _fetched_images(middle, _C.kernel_cache_stats()) == 1
+    (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
+    assert "(general, used)" in group["kernel"], group["kernel"]

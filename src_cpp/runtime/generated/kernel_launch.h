@@ -161,7 +161,12 @@ class GroupKernel : public GeneratedKernelBase {
   std::string description() const override {
     std::string text =
         std::string(kernel_kind_name(kind_)) + ": " + variants_[0].kernel.entries[0].name;
-    if (variants_.size() > 1) text += " + " + variants_[1].kernel.entries[0].name + " (general)";
+    // Note [Variants compiled on first use]: a general variant is fetched
+    // by the first call that needs it, so "used" marks a group some call
+    // ran slowly (unaligned or otherwise laid out inputs).
+    if (variants_.size() > 1)
+      text += " + " + variants_[1].kernel.entries[0].name +
+              (variants_[1].image.compiled() ? " (general, used)" : " (general)");
     return text + " for " + target_;
   }
   KernelKind kind() const override { return kind_; }
