@@ -800,3 +800,24 @@ def test_operands_repeating_in_the_walk_are_read_periodic(
     assert _fetched_images(middle, _C.kernel_cache_stats()) == 1
     (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
     assert "(general, used)" in group["kernel"], group["kernel"]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(2, 96, 14, 14), (3, 5, 33, 2)], ids=str)
+def test_epilogue_operands_repeating_in_the_result_are_read_periodic(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """A bias [C] added to the [N, C] result of a spatial sum is read at
+    o mod C by the epilogue of the fast variant, the only variant fetched."""
+
+    def fn(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return x.abs().sum((2, 3)) + b
+
+    x = _randn(*shape, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    bias = torch.randn(shape[1], device="cuda", dtype=dtype)
+    before = _C.kernel_cache_stats()
+    compiled = _check(fn, x, bias, kind="reduction", tol=TOL_SUM[dtype])
+    assert _fetched_images(before, _C.kernel_cache_stats()) == 1
+    (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
+    assert "periodic" in group["spec"].split("epilogue:")[1], group["spec"]
+    assert "(general)" in group["kernel"], group["kernel"]

@@ -94,3 +94,14 @@ def test_operands_that_repeat_in_the_walk_are_periodic(fn: Any, operand: Any, mo
     (group,) = [k for k in kernels if k["kind"] == "reduction"]
     prologue = group["spec"].split("prologue:")[1].split("epilogue:")[0]
     assert mode in prologue and "strided" not in prologue, group["spec"]
+
+
+def test_an_epilogue_operand_that_repeats_in_the_result_is_periodic() -> None:
+    """The result [N, C] of a spatial sum plus a bias [C]: the bias repeats
+    every C results (Note [Periodic operands in reductions], epilogue side)."""
+    examples = [torch.empty(IMAGE[0]).contiguous(memory_format=CL), torch.empty(8)]
+    fn = lambda x, b: x.exp().sum((2, 3)) + b  # noqa: E731
+    kernels, _ = _kernels(_on_fake_cuda(fn, *examples), generated_kernels=True)
+    (group,) = [k for k in kernels if k["kind"] == "reduction"]
+    epilogue = group["spec"].split("epilogue:")[1]
+    assert "periodic" in epilogue and "strided" not in epilogue, group["spec"]
