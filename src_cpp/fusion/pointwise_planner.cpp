@@ -253,6 +253,12 @@ PeriodicLayout static_periodic_layout(const TensorType& input, const TensorType&
   return periodic_layout(shape, strides);
 }
 
+IndexMode periodic_mode(const PeriodicLayout& layout, const TensorType& walk) {
+  std::int64_t numel = 1;  // static: the layout has a period
+  for (const Dim& d : walk.sizes) numel *= d.static_value();
+  return layout.block == numel ? IndexMode::Periodic : IndexMode::PeriodicRows;
+}
+
 std::string shape_key(const TensorType& type) {
   std::string key;
   for (const Dim& d : type.sizes) key += d.str() + ",";
@@ -379,13 +385,8 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     if (spec.inputs[k].mode != IndexMode::Strided) continue;
     const PeriodicLayout periodic =
         static_periodic_layout(graph_.value(group->inputs[k]).tensor, shape, group->order);
-    if (periodic.period > 1 && periodic.period % vector_width == 0) {
-      std::int64_t numel = 1;  // static: the layout has a period
-      for (const Dim& d : shape.sizes) numel *= d.static_value();
-      const bool rows = periodic.block != numel;
-      spec.inputs[k] =
-          TensorArg{spec.inputs[k].dtype, rows ? IndexMode::PeriodicRows : IndexMode::Periodic, 0};
-    }
+    if (periodic.period > 1 && periodic.period % vector_width == 0)
+      spec.inputs[k] = TensorArg{spec.inputs[k].dtype, periodic_mode(periodic, shape), 0};
   }
   spec.index64 = false;
   // The defaults; the compile's tuning comes later (Note [Tuning in the specs]).

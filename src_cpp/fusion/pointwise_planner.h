@@ -150,5 +150,8 @@ bool dense_in_order(const TensorType& type, const std::vector<int>& order);
 // period 0.
 PeriodicLayout static_periodic_layout(const TensorType& input, const TensorType& walk,
                                       const std::vector<int>& order);
+// How a kernel reads a tensor of that `layout` (period > 0) over `walk`:
+// Periodic when one block spans the whole walk, else PeriodicRows.
+IndexMode periodic_mode(const PeriodicLayout& layout, const TensorType& walk);
 
 }  // namespace mybackend

@@ -73,10 +73,7 @@ TensorArg input_arg_for(const TensorType& t, const TensorType& space, int rank,
   if (arg.mode != IndexMode::Strided) return arg;
   const PeriodicLayout periodic = static_periodic_layout(t, space, order);
   if (periodic.period <= 1) return arg;
-  std::int64_t numel = 1;  // static: the layout has a period
-  for (const Dim& d : space.sizes) numel *= d.static_value();
-  return TensorArg{t.dtype, periodic.block == numel ? IndexMode::Periodic : IndexMode::PeriodicRows,
-                   0};
+  return TensorArg{t.dtype, periodic_mode(periodic, space), 0};
 }
 
 void make_general(PointwiseSpec& spec) {

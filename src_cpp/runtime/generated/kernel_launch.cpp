@@ -230,6 +230,15 @@ bool aligned16(const at::Tensor& t) {
   return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
+PeriodicLayout fitting_periodic_layout(IndexMode mode, const std::vector<std::int64_t>& shape,
+                                       const std::vector<std::int64_t>& strides,
+                                       std::int64_t numel) {
+  const PeriodicLayout layout = periodic_layout(shape, strides);
+  if (layout.period <= 1) return {};
+  if (mode == IndexMode::Periodic && layout.block != numel) return {};
+  return layout;
+}
+
 }  // namespace mybackend
 
 #endif  // MYBACKEND_WITH_CUDA

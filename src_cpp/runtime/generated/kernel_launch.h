@@ -201,6 +201,13 @@ std::optional<std::vector<std::int64_t>> evaluate_dims(const std::vector<Dim>& d
 // caller names the tensor only when it fails, not on every launch.
 std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, std::string* why);
 bool aligned16(const at::Tensor& t);
+// The layout of a tensor read in `mode` (Periodic or PeriodicRows) over a
+// walk of `shape` with `strides`, when this call's tensor has the form the
+// fast variant reads (a period > 1; without rows, one block spanning all
+// `numel` elements); else period 0 (Note [Periodic operands]).
+PeriodicLayout fitting_periodic_layout(IndexMode mode, const std::vector<std::int64_t>& shape,
+                                       const std::vector<std::int64_t>& strides,
+                                       std::int64_t numel);
 
 // How each kind prepares its kernels: the variants to compile (fast first
 // when there are two) and how to build the runnable kernel once compiled.

@@ -106,11 +106,9 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
         continue;
       }
       if (is_periodic(args[k].mode)) {
-        periodic[k] = periodic_layout(shape, strides[k]);
+        periodic[k] = fitting_periodic_layout(args[k].mode, shape, strides[k], numel);
         const std::int64_t period = periodic[k].period;
-        if (period <= 1 || period % vector_width_ != 0 || !aligned16(t)) return false;
-        // Periodic without rows: the one block is the whole walk.
-        if (args[k].mode == IndexMode::Periodic && periodic[k].block != numel) return false;
+        if (period == 0 || period % vector_width_ != 0 || !aligned16(t)) return false;
         continue;
       }
       // Dense in the walk's order (Note [Iteration order] in pointwise_planner.h).

@@ -72,11 +72,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
         continue;
       }
       if (is_periodic(args[k].mode)) {
-        const PeriodicLayout layout = periodic_layout(shape, strides[k]);
-        if (layout.period <= 1) return false;
-        // Periodic without rows: the one block is the whole walk.
-        if (args[k].mode == IndexMode::Periodic && layout.block != numel) return false;
-        (*periodic)[k] = layout;
+        (*periodic)[k] = fitting_periodic_layout(args[k].mode, shape, strides[k], numel);
+        if ((*periodic)[k].period == 0) return false;
         continue;
       }
       // Dense in the walk's order (Note [Reductions walked in memory order]).
@@ -236,9 +233,29 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     launch_entry(v, 0, c, device_index, std::min(blocks, resident), nullptr, 0);
   }
 
+  // "in3", "ein2", "out1" with an optional "stride_", "period_" ... prefix
+  // -> (side, index).
+  static std::size_t parse(const std::string& name, std::string* side) {
+    std::string base = name;
+    for (const char* role : {"stride_", "period_div_", "period_", "block_div_", "block_"}) {
+      if (base.rfind(role, 0) == 0) {
+        base = base.substr(std::string(role).size());
+        break;
+      }
+    }
+    for (const char* prefix : {"ein", "out", "in"}) {
+      const std::string p(prefix);
+      if (base.rfind(p, 0) == 0) {
+        *side = p;
+        return static_cast<std::size_t>(std::stoul(base.substr(p.size())));
+      }
+    }
+    MB_ASSERT(false, "unexpected kernel parameter ", name);
+    return 0;
+  }
+
   // The value of a periodic input's parameter (period_in3, block_div_ein1).
-  template <class Parse>
-  static std::int64_t periodic_argument(const std::string& name, const Call& c, Parse parse) {
+  static std::int64_t periodic_argument(const std::string& name, const Call& c) {
     std::string side;
     const std::size_t k = parse(name, &side);
     MB_ASSERT(side != "out", "unexpected kernel parameter ", name);
@@ -251,26 +268,6 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
   void launch_entry(std::size_t v, std::size_t e, const Call& c, int device_index,
                     std::int64_t grid, const at::Tensor* partials, std::int64_t chunk) const {
     const KernelEntry& entry = variants_[v].kernel.entries[e];
-    // "in3", "ein2", "out1" with an optional "stride_", "period_" ... prefix
-    // -> (side, index).
-    auto parse = [](const std::string& name, std::string* side) {
-      std::string base = name;
-      for (const char* role : {"stride_", "period_div_", "period_", "block_div_", "block_"}) {
-        if (base.rfind(role, 0) == 0) {
-          base = base.substr(std::string(role).size());
-          break;
-        }
-      }
-      for (const char* prefix : {"ein", "out", "in"}) {
-        const std::string p(prefix);
-        if (base.rfind(p, 0) == 0) {
-          *side = p;
-          return static_cast<std::size_t>(std::stoul(base.substr(p.size())));
-        }
-      }
-      MB_ASSERT(false, "unexpected kernel parameter ", name);
-      return std::size_t{0};
-    };
     KernelArgs args(entry);
     for (std::size_t i = 0; i < entry.params.size(); ++i) {
       const KernelParam& p = entry.params[i];
@@ -298,7 +295,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
           else if (p.name == "chunk")
             args.set_int(i, chunk);
           else
-            args.set_int(i, periodic_argument(p.name, c, parse));
+            args.set_int(i, periodic_argument(p.name, c));
           break;
         case KernelParam::Kind::Dims: {
           if (p.name == "in_shape") {
