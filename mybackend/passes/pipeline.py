@@ -26,11 +26,11 @@ from mybackend.ops.interpolate import keep_resampling_whole
 from mybackend.options import Options, register_pass_names
 from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.passes.driver import GraphPass, PassContext, always
-from mybackend.passes.empty_pads import drop_empty_pads
 from mybackend.passes.hoist import hoist_parameter_work
 from mybackend.passes.layout import plan_channels_last
 from mybackend.passes.matmul_padding import pad_matmuls
 from mybackend.passes.mutations import batch_input_mutations
+from mybackend.passes.noop_copies import drop_empty_pads, drop_identity_copies
 from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
 from mybackend.passes.softmax_views import softmaxes_before_views
@@ -96,6 +96,10 @@ def _hoist(ctx: PassContext) -> int:
 
 def _empty_pads(ctx: PassContext) -> int:
     return drop_empty_pads(ctx.gm, recompile=False)
+
+
+def _identity_copies(ctx: PassContext) -> int:
+    return drop_identity_copies(ctx.gm, recompile=False)
 
 
 def _batch_norm_gradients(ctx: PassContext) -> int:
@@ -164,6 +168,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
     GraphPass("input_mutations", always, _input_mutations),  # Note [Batched input mutations]
     # Note [Pads that add nothing]
     GraphPass("empty_pads", always, _empty_pads, targets=(torch.ops.aten.constant_pad_nd.default,)),
+    # Note [Clones that keep their layout]
+    GraphPass(
+        "identity_copies",
+        always,
+        _identity_copies,
+        targets=(torch.ops.aten.clone.default, torch.ops.aten.expand.default),
+    ),
     GraphPass("padding", _pad_matmuls_on, _pad_matmuls),
     # A training graph's layout was planned on its joint graph.
     GraphPass("layout", _channels_last_on, _channels_last, kinds=INFERENCE),
