@@ -659,6 +659,73 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     own = cleaned;
     merge_into(own, waits);
   }
+  // Note [Sibling groups in one launch]
+  if (options_.generated_kernels) {
+    const CapabilityRegistry& registry = CapabilityRegistry::builtin();
+    // The value `v` is a chain of views of (a graph input or a node's result).
+    auto base_of = [&](ValueId v) {
+      for (;;) {
+        const NodeId producer = graph_.value(v).producer;
+        if (producer == kGraphInput) return v;
+        const Node& node = graph_.node(producer);
+        const OpEntry* entry = registry.find(node.op);
+        const std::vector<ValueId> read = node.input_values();
+        if (entry == nullptr || entry->op_class != OpClass::View || read.empty()) return v;
+        v = read.front();
+      }
+    };
+    std::vector<int> candidates;
+    std::map<int, std::set<ValueId>> bases;
+    std::map<int, std::string> layout;
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const int g = static_cast<int>(gi);
+      const auto& nodes = groups[gi];
+      if (nodes.empty() || find(g) != g || claimed_of_group.count(g)) continue;
+      if (std::all_of(nodes.begin(), nodes.end(),
+                      [&](NodeId n) { return ir_match::is_dtype_cast(graph_, graph_.node(n)); }))
+        continue;  // Note [Grouped casts] groups these
+      std::string unused;
+      if (plan_transposed_copy(index_, nodes, &unused)) continue;
+      const TensorType& out = graph_.value(graph_.node(nodes.back()).outputs[0]).tensor;
+      if (!static_layout(out)) continue;
+      const std::set<NodeId> members(nodes.begin(), nodes.end());
+      for (NodeId n : nodes) {
+        for (ValueId read : graph_.node(n).input_values()) {
+          const NodeId producer = graph_.value(read).producer;
+          if (producer == kGraphInput || !members.count(producer)) bases[g].insert(base_of(read));
+        }
+      }
+      std::string strides;
+      for (const Dim& d : out.strides) strides += std::to_string(d.static_value()) + ",";
+      layout[g] = group_key[gi] + "|" + strides;
+      candidates.push_back(g);
+    }
+    for (std::size_t a = 0; a < candidates.size(); ++a) {
+      const int into = candidates[a];
+      if (find(into) != into) continue;
+      for (std::size_t b = a + 1; b < candidates.size(); ++b) {
+        const int from = candidates[b];
+        if (find(from) != from || layout[from] != layout[into]) continue;
+        auto& target = groups[static_cast<std::size_t>(into)];
+        const auto& source = groups[static_cast<std::size_t>(from)];
+        if (target.size() + source.size() > kMaxSiblingNodes) continue;
+        const auto& shared = bases[into];
+        if (std::none_of(bases[from].begin(), bases[from].end(),
+                         [&](ValueId read) { return shared.count(read) > 0; }))
+          continue;
+        if (reaches_from(group_deps[static_cast<std::size_t>(from)], into) ||
+            reaches_from(group_deps[static_cast<std::size_t>(into)], from))
+          continue;
+        target.insert(target.end(), source.begin(), source.end());
+        std::sort(target.begin(), target.end());
+        groups[static_cast<std::size_t>(from)].clear();
+        merge_into(group_deps[static_cast<std::size_t>(into)],
+                   group_deps[static_cast<std::size_t>(from)]);
+        alias[static_cast<std::size_t>(from)] = into;
+        bases[into].insert(bases[from].begin(), bases[from].end());
+      }
+    }
+  }
   for (auto& [node, g] : group_of) g = find(g);
   move_widening_casts_to_readers(groups, group_of, group_key, claimed_of_group);
 

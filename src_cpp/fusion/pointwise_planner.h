@@ -40,6 +40,24 @@
 // decided such a cast moves into its readers' group, which then reads the
 // narrow input. Convexity holds: the readers' group already waited for the
 // cast's group, and the cast reads nothing else.
+//
+// Note [Sibling groups in one launch]
+// Groups that read the same tensor and do not depend on each other are
+// still one launch each: the per-head copies of a fused query-key-value
+// projection (Swin's, and any attention written with torch.matmul: three
+// copies out of one [B, N, 3, H, D] product, the query's scaled on the
+// way) ran as three kernels a block, each a few microseconds at batch 1
+// for a few hundred KB. After the groups are decided, two groups merge
+// when their stored outputs have one shape, device and layout (the
+// iteration space and order of Note [Iteration order] stay those of
+// each), something outside both feeds both (the same node, reached
+// back through views), neither waits for the other through any path
+// (the rule of Note [Pointwise groups]: the merged group stays convex),
+// and the two hold at most kMaxSiblingNodes ops. The merged kernel reads
+// and writes what the two did, in one walk. Left apart: claimed groups,
+// groups of dtype casts only (Note [Grouped casts] merges those into a
+// cast group) and tiled transposing copies (Note [Tiled transposing
+// copies] in transposed_copies.h), whose tiles a shared walk would lose.
 #pragma once
 
 #include <map>
@@ -65,7 +83,8 @@ std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
 // generated kernels off the planner only places the claimed groups.
 class PointwisePlanner {
  public:
-  static constexpr std::size_t kMaxInlinedNodes = 4;  // Note [Broadcast producers inlined]
+  static constexpr std::size_t kMaxInlinedNodes = 4;   // Note [Broadcast producers inlined]
+  static constexpr std::size_t kMaxSiblingNodes = 16;  // Note [Sibling groups in one launch]
   PointwisePlanner(const GraphIndex& index, const FusionOptions& options);
   std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
                                 const ClaimedGroups& claimed = {});

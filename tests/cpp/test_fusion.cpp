@@ -376,6 +376,56 @@ TEST(FusionPlan, LoneReorderingCopiesAreGenerated) {
   }
 }
 
+// Note [Sibling groups in one launch]: the per-head copies of a fused
+// [B, N, 3, D] projection, the query's scaled, are one kernel; a group that
+// waits for one of them (through an ATen op), or that reads another tensor,
+// stays apart.
+TEST(FusionPlan, SiblingGroupsShareOneLaunch) {
+  const TensorType qkv = tensor(DType::BFloat16, {2, 4, 3, 8});
+  TensorType head = tensor(DType::BFloat16, {2, 4, 8});  // one third of each row
+  head.strides = {Dim(96), Dim(24), Dim(1)};
+  const TensorType dense = tensor(DType::BFloat16, {2, 4, 8});
+  GraphBuilder b;
+  ValueId x = b.add_input(out(qkv, "qkv"));
+  ValueId other = b.add_input(out(qkv, "other"));
+  auto select = [&](ValueId from, int k, const std::string& name) {
+    return b.add_node(NodeKind::Aten, "aten::select.int",
+                      {v(from), Argument::of_int(2), Argument::of_int(k)}, {out(head)}, name)[0];
+  };
+  std::vector<ValueId> copies;
+  for (int k = 0; k < 3; ++k) {
+    const std::string name = "head" + std::to_string(k);
+    ValueId h = select(x, k, name + "_view");
+    if (k == 0) {
+      h = b.add_node(NodeKind::Aten, "aten::mul.Tensor", {v(h), Argument::of_float(0.5)},
+                     {out(head)}, "scaled")[0];
+    }
+    copies.push_back(node1(b, "aten::clone.default", {v(h)}, dense, (name + "_copy").c_str()));
+  }
+  ValueId flipped = node1(b, "aten::flip.default", {v(copies[1]), ints({1})}, dense, "flipped");
+  ValueId dependent =
+      node1(b, "aten::mul.Tensor", {v(select(x, 2, "again_view")), v(flipped)}, dense, "dependent");
+  ValueId unrelated =
+      node1(b, "aten::clone.default", {v(select(other, 0, "other_view"))}, dense, "unrelated");
+  b.set_outputs({v(copies[0]), v(copies[2]), v(dependent), v(unrelated)});
+  Planned p = plan(b);
+  auto names = [&](const KernelGroup& g) {
+    std::vector<std::string> out;
+    for (NodeId n : g.nodes) out.push_back(p.graph.node(n).name);
+    return out;
+  };
+  auto pointwise = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(pointwise.size(), 3u) << p.plan.to_string();
+  EXPECT_EQ(names(*pointwise[0]),
+            (std::vector<std::string>{"scaled", "head0_copy", "head1_copy", "head2_copy"}))
+      << p.plan.to_string();
+  const auto* group = pointwise[0]->get<PointwiseGroup>();
+  EXPECT_EQ(group->outputs, (std::vector<ValueId>{copies[0], copies[1], copies[2]}));
+  EXPECT_EQ(group->spec.inputs.size(), 3u) << pointwise[0]->spec;
+  EXPECT_EQ(names(*pointwise[1]), (std::vector<std::string>{"dependent"}));
+  EXPECT_EQ(names(*pointwise[2]), (std::vector<std::string>{"unrelated"}));
+}
+
 TEST(TypePromotion, MatchesTorch) {
   EXPECT_EQ(promote_types(DType::Float16, DType::BFloat16), DType::Float32);
   EXPECT_EQ(promote_types(DType::UInt8, DType::Int8), DType::Int16);
