@@ -265,14 +265,15 @@ def test_periodic_operands(case: str, dtype: torch.dtype) -> None:
     kernel = next(k for k in compiled.report()["kernels"] if k["kind"] == "pointwise")
     mode = "periodic_rows" if case == "se_gate" else "periodic\n"
     assert f"in1 f32 {mode}" in kernel["spec"], kernel["spec"]
+    assert "(general)" in kernel["kernel"], kernel["kernel"]  # not run yet
     storage = torch.randn(other.numel() + 1, device="cuda")
     unaligned = storage[1:].view(other.shape)
-    general = kernel["kernel"].split(" + ")[1].split(" ")[0]
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        got = compiled.run([x, unaligned])[0]
-        torch.cuda.synchronize()
+    got = compiled.run([x, unaligned])[0]
     torch.testing.assert_close(got, fn(x, unaligned), **TOL[dtype])
-    assert general in [e.name for e in prof.events()]
+    # The profiler's kernel names are not a witness: a module whose code
+    # another test loaded first may be reported under that kernel's name.
+    kernel = next(k for k in compiled.report()["kernels"] if k["kind"] == "pointwise")
+    assert "(general, used)" in kernel["kernel"], kernel["kernel"]
 
 
 @pytest.mark.parametrize(
