@@ -31,6 +31,7 @@ from mybackend.passes.layout import plan_channels_last
 from mybackend.passes.matmul_padding import pad_matmuls
 from mybackend.passes.mutations import batch_input_mutations
 from mybackend.passes.noop_copies import drop_empty_pads, drop_identity_copies
+from mybackend.passes.patch_convolutions import patch_convolutions_as_products
 from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
 from mybackend.passes.softmax_views import softmaxes_before_views
@@ -61,6 +62,11 @@ def _channels_last(ctx: PassContext) -> int:
         ctx.gm, ctx.inputs(), recompile=False, every_region=every_region
     )
     return conversions
+
+
+def _patch_convolutions(ctx: PassContext) -> int:
+    ctx.gm, rewritten = patch_convolutions_as_products(ctx.gm, ctx.inputs())
+    return rewritten
 
 
 def _pad_matmuls(ctx: PassContext) -> int:
@@ -174,6 +180,14 @@ PER_GRAPH: tuple[GraphPass, ...] = (
         always,
         _identity_copies,
         targets=(torch.ops.aten.clone.default, torch.ops.aten.expand.default),
+    ),
+    # Note [Patch convolutions as products]
+    GraphPass(
+        "patch_convolutions",
+        always,
+        _patch_convolutions,
+        kinds=INFERENCE,
+        targets=(torch.ops.aten.convolution.default,),
     ),
     GraphPass("padding", _pad_matmuls_on, _pad_matmuls),
     # A training graph's layout was planned on its joint graph.

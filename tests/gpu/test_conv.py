@@ -440,3 +440,33 @@ def test_a_conv_group_is_timed_against_its_aten_form(eager_floor: bool, tmp_path
     assert kernel["floor"].endswith(f"{timed[3]} runs, saved"), kernel["floor"]
     stats = records[0].compiled.stats()
     assert stats["conv_groups_run"] == (0 if aten_runs else 1), stats
+
+
+class PatchEmbedding(nn.Module):
+    """ViT's patch embedding: non-overlapping 8x8 patches of an RGB image,
+    as tokens, normalized."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches = nn.Conv2d(3, 64, 8, stride=8)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.patches(x).flatten(2).transpose(1, 2))
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp32"])
+def test_a_patch_embedding_runs_as_one_product(name: str) -> None:
+    """Note [Patch convolutions as products]: no convolution runs; the
+    product (cuBLASLt) does, and the values are eager's."""
+    dtype, tf32, tol = PRECISIONS[name]
+    torch.manual_seed(0)
+    model = PatchEmbedding().cuda().to(dtype).eval()
+    x = torch.randn(2, 3, 64, 48, device="cuda", dtype=dtype)
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    with torch.no_grad(), _cudnn_tf32(tf32):
+        got, records = compiled_records(lambda: compiled(x))
+        torch.testing.assert_close(got, model(x), **tol)
+    assert _conv_kernels(records, "inference") == []
+    stats = _conv_stats(records, "inference")
+    assert stats["matmul_groups_run"] == 1 and stats["matmul_fallbacks"] == 0, stats
