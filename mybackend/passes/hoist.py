@@ -46,9 +46,10 @@ Only inference graphs are hoisted: in training, parameters change every
 step, and the backward graph needs the forward's own values.
 
 Note [Constants are always hoisted]
-Some nodes read no input at all: the index tensors of a decomposed
-``roll`` (arange, add, remainder: Swin's shifted windows), position ids,
-causal masks, relative-position buckets. Eager launches their kernels on
+Some nodes read no input at all: index tensors made from aranges (those
+of a decomposed ``roll`` were Swin's, before Note [Rolls stay whole] in
+mybackend/decompositions.py), position ids, causal masks, relative-position
+buckets. Eager launches their kernels on
 every call and so did a compiled graph, captured or not: Swin-T ran about
 40 such kernels per step, which at batch 1 under CUDA graphs is a tenth of
 its time. Their values cannot change, so nothing needs watching and the

@@ -34,6 +34,7 @@ void register_view_ops(CapabilityRegistry& registry) {
                          "aten::embedding_dense_backward.default",
                          "aten::repeat.default",
                          "aten::flip.default",
+                         "aten::roll.default",
                          "prims::iota.default",
                          "aten::arange.start_step",
                          "aten::arange.default",

@@ -19,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from mybackend import _C
 from mybackend.lowering import lower
+from tests.testing import compiled_records
 
 pytestmark = [
     pytest.mark.gpu,
@@ -347,3 +348,23 @@ def test_a_window_partition_copy_is_one_generated_kernel(dtype: torch.dtype) -> 
     kinds = [k["kind"] for k in compiled.report()["kernels"]]
     assert "pointwise" not in kinds and kinds.count("transpose") == 1, kinds
     torch.testing.assert_close(compiled.run([y])[0], _head_split_transposed(y), rtol=0, atol=0)
+
+
+def test_a_shifted_window_roll_runs_as_one_aten_roll() -> None:
+    """Note [Rolls stay whole]: through torch.compile a two-dim roll reaches
+    the core as one aten::roll (no index_select per dim) and its values are
+    eager's."""
+
+    def shifted_norm(x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(torch.roll(x, shifts=(-3, -3), dims=(1, 2)), (x.shape[-1],)) * 2.0
+
+    x = torch.randn(2, 14, 14, 32, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    compiled = torch.compile(shifted_norm, backend="mybackend", options={"strict": True})
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(x))
+        torch.testing.assert_close(got, shifted_norm(x), **TOL[torch.bfloat16])
+    (record,) = records
+    ops = [node["op"] for node in record.core_report["nodes"]]
+    assert ops.count("aten::roll.default") == 1, ops
+    assert not any("index" in op for op in ops), ops
