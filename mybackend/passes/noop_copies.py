@@ -16,7 +16,9 @@ strides and the input is dense (a permuted input would come out with other
 strides, which its readers' plans assumed); the result is not returned,
 nor a view of it (the caller owns an output, which must not alias another
 value of the graph); and the graph does not write into the input
-(``copy_``, an input mutation), whose readers must see the old values.
+(``copy_``, an input mutation, or the ``_foreach_copy_`` and
+``_foreach_add_`` that batch such writes: Note [Batched input mutations]),
+whose readers must see the old values.
 
 Note [Clones that keep their layout]
 aot_autograd's decompositions write a dropout outside training as
@@ -105,6 +107,22 @@ def _keeps_layout(node: torch.fx.Node) -> bool:
 _IDENTITY_TARGETS = (aten.clone.default, aten.expand.default)
 
 
+# What writes into an input: aot_autograd's epilogue, and that epilogue
+# batched (Note [Batched input mutations], which runs before these passes).
+_WRITES = (aten.copy_.default, aten._foreach_copy_.default, aten._foreach_add_.Scalar)
+
+
+def _written(gm: torch.fx.GraphModule) -> set[object]:
+    """The tensors the graph writes into, as the bases of their views."""
+    written: set[object] = set()
+    for target in _WRITES:
+        for node in gm.graph.find_nodes(op="call_function", target=target):
+            destination = node.args[0]
+            for d in destination if isinstance(destination, list | tuple) else [destination]:
+                written.add(_base(d))
+    return written
+
+
 def _drop(
     gm: torch.fx.GraphModule,
     targets: tuple[torch._ops.OpOverload, ...],
@@ -118,9 +136,7 @@ def _drop(
     if not nodes:
         return 0
     returned = returned_nodes(gm)
-    written = {
-        _base(n.args[0]) for n in gm.graph.find_nodes(op="call_function", target=aten.copy_.default)
-    }
+    written = _written(gm)
     dropped = 0
     for node in nodes:
         if node in returned or _base(node.args[0]) in written or not adds_nothing(node):

@@ -150,3 +150,21 @@ def test_attention_without_its_copies_matches_eager() -> None:
     assert kept.count("aten::clone.default") == 1  # the dropout's
     assert kept.count("aten::expand.default") == 4  # each matmul operand's, none broadcast
     assert "aten::clone.default" not in dropped and "aten::expand.default" not in dropped
+
+
+def test_a_clone_of_an_input_written_by_a_batched_epilogue_stays() -> None:
+    """Note [Batched input mutations] turns the epilogue's copy_ nodes into one
+    _foreach_copy_ before these passes run: that write counts too."""
+    from mybackend.passes.mutations import batch_input_mutations
+
+    def two_writes(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        kept = x.clone()
+        x.copy_(x * 3.0)
+        y.copy_(y * 3.0)
+        return kept * 2.0
+
+    gm = make_fx(two_writes, tracing_mode="fake")(torch.randn(4, 6), torch.randn(4, 6))
+    assert batch_input_mutations(gm) == 2
+    assert gm.graph.find_nodes(op="call_function", target=aten._foreach_copy_.default)
+    assert drop_identity_copies(gm) == 0
+    assert len(gm.graph.find_nodes(op="call_function", target=aten.clone.default)) == 1
