@@ -80,6 +80,8 @@ MAX_PATCH_CHANNELS = 4
 def _is_patch_convolution(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.target is not aten.convolution.default:
         return False
+    if len(node.args) != 9 or node.kwargs:
+        return False
     x, weight, _bias, stride, padding, dilation, transposed, _out_pad, groups = node.args
     if not isinstance(x, torch.fx.Node) or not isinstance(weight, torch.fx.Node):
         return False
