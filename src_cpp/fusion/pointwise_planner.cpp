@@ -487,6 +487,47 @@ static std::vector<std::vector<NodeId>> unit_order(
   return order;
 }
 
+PointwisePlanner::SiblingCandidates PointwisePlanner::sibling_candidates(
+    const std::vector<std::vector<NodeId>>& groups, const std::vector<int>& live,
+    const std::vector<std::string>& group_key) const {
+  const CapabilityRegistry& registry = CapabilityRegistry::builtin();
+  // The value `v` is a chain of views of (a graph input or a node's result).
+  auto base_of = [&](ValueId v) {
+    for (;;) {
+      const NodeId producer = graph_.value(v).producer;
+      if (producer == kGraphInput) return v;
+      const Node& node = graph_.node(producer);
+      const OpEntry* entry = registry.find(node.op);
+      const std::vector<ValueId> read = node.input_values();
+      if (entry == nullptr || entry->op_class != OpClass::View || read.empty()) return v;
+      v = read.front();
+    }
+  };
+  SiblingCandidates out;
+  for (int g : live) {
+    const auto& nodes = groups[static_cast<std::size_t>(g)];
+    if (std::all_of(nodes.begin(), nodes.end(),
+                    [&](NodeId n) { return ir_match::is_dtype_cast(graph_, graph_.node(n)); }))
+      continue;  // Note [Grouped casts] groups these
+    std::string unused;
+    if (plan_transposed_copy(index_, nodes, &unused)) continue;
+    const TensorType& stored = graph_.value(graph_.node(nodes.back()).outputs[0]).tensor;
+    if (!static_layout(stored)) continue;
+    const std::set<NodeId> members(nodes.begin(), nodes.end());
+    for (NodeId n : nodes) {
+      for (ValueId read : graph_.node(n).input_values()) {
+        const NodeId producer = graph_.value(read).producer;
+        if (producer == kGraphInput || !members.count(producer)) out.bases[g].insert(base_of(read));
+      }
+    }
+    std::string strides;
+    for (const Dim& d : stored.strides) strides += std::to_string(d.static_value()) + ",";
+    out.layout[g] = group_key[static_cast<std::size_t>(g)] + "|" + strides;
+    out.groups.push_back(g);
+  }
+  return out;
+}
+
 std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& partition_nodes,
                                                 const ClaimedGroups& claimed) {
   // Decide: grow groups in topological order (Note [Pointwise groups]).
@@ -661,45 +702,15 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
   }
   // Note [Sibling groups in one launch]
   if (options_.generated_kernels) {
-    const CapabilityRegistry& registry = CapabilityRegistry::builtin();
-    // The value `v` is a chain of views of (a graph input or a node's result).
-    auto base_of = [&](ValueId v) {
-      for (;;) {
-        const NodeId producer = graph_.value(v).producer;
-        if (producer == kGraphInput) return v;
-        const Node& node = graph_.node(producer);
-        const OpEntry* entry = registry.find(node.op);
-        const std::vector<ValueId> read = node.input_values();
-        if (entry == nullptr || entry->op_class != OpClass::View || read.empty()) return v;
-        v = read.front();
-      }
-    };
-    std::vector<int> candidates;
-    std::map<int, std::set<ValueId>> bases;
-    std::map<int, std::string> layout;
+    std::vector<int> live;
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const int g = static_cast<int>(gi);
-      const auto& nodes = groups[gi];
-      if (nodes.empty() || find(g) != g || claimed_of_group.count(g)) continue;
-      if (std::all_of(nodes.begin(), nodes.end(),
-                      [&](NodeId n) { return ir_match::is_dtype_cast(graph_, graph_.node(n)); }))
-        continue;  // Note [Grouped casts] groups these
-      std::string unused;
-      if (plan_transposed_copy(index_, nodes, &unused)) continue;
-      const TensorType& out = graph_.value(graph_.node(nodes.back()).outputs[0]).tensor;
-      if (!static_layout(out)) continue;
-      const std::set<NodeId> members(nodes.begin(), nodes.end());
-      for (NodeId n : nodes) {
-        for (ValueId read : graph_.node(n).input_values()) {
-          const NodeId producer = graph_.value(read).producer;
-          if (producer == kGraphInput || !members.count(producer)) bases[g].insert(base_of(read));
-        }
-      }
-      std::string strides;
-      for (const Dim& d : out.strides) strides += std::to_string(d.static_value()) + ",";
-      layout[g] = group_key[gi] + "|" + strides;
-      candidates.push_back(g);
+      if (!groups[gi].empty() && find(g) == g && !claimed_of_group.count(g)) live.push_back(g);
     }
+    SiblingCandidates siblings = sibling_candidates(groups, live, group_key);
+    std::vector<int>& candidates = siblings.groups;
+    std::map<int, std::set<ValueId>>& bases = siblings.bases;
+    std::map<int, std::string>& layout = siblings.layout;
     for (std::size_t a = 0; a < candidates.size(); ++a) {
       const int into = candidates[a];
       if (find(into) != into) continue;

@@ -61,6 +61,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,17 @@ class PointwisePlanner {
   // Note [Broadcast producers inlined]: whether `group` may join the group
   // of its reader `reader`, whose shape is larger.
   bool inlines_into(const std::vector<NodeId>& group, NodeId reader) const;
+  // Note [Sibling groups in one launch]: of the `live` groups, those that
+  // may merge with a sibling, the tensors each reads (as bases of views) and
+  // its stored output's shape, device and layout as one key.
+  struct SiblingCandidates {
+    std::vector<int> groups;
+    std::map<int, std::set<ValueId>> bases;
+    std::map<int, std::string> layout;
+  };
+  SiblingCandidates sibling_candidates(const std::vector<std::vector<NodeId>>& groups,
+                                       const std::vector<int>& live,
+                                       const std::vector<std::string>& group_key) const;
   // Note [Widening casts ride with their readers]
   void move_widening_casts_to_readers(std::vector<std::vector<NodeId>>& groups,
                                       std::map<NodeId, int>& group_of,
