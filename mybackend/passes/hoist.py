@@ -112,6 +112,16 @@ def is_view_op(target: torch._ops.OpOverload) -> bool:
     return any(r.alias_info is not None for r in target._schema.returns)
 
 
+def view_base(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose memory ``node`` may share, following view ops."""
+    while isinstance(node.target, torch._ops.OpOverload) and is_view_op(node.target):
+        base = node.args[0] if node.args else None
+        if not isinstance(base, torch.fx.Node):
+            break
+        node = base
+    return node
+
+
 def _hoistable_op(node: torch.fx.Node) -> bool:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):

@@ -68,7 +68,7 @@ from mybackend.passes.fake_prop import (
     output_values,
     restore_output_strides,
 )
-from mybackend.passes.layout_contracts import honour_layout_contracts
+from mybackend.passes.layout_contracts import settle_strides
 from mybackend.passes.layout_regions import losing_convolutions
 
 aten = torch.ops.aten
@@ -237,25 +237,19 @@ def _plan_once(
         copies = _convert_convolution_operands(
             graph, _planned_convolutions(graph, device_types, excluded), True, converted
         )
-        for _ in range(_MAX_ROUNDS):
-            view = propagation.until_view_fails(example_inputs)
-            if view is not None:
-                source = view.args[0]
-                assert isinstance(source, torch.fx.Node)
-                clone = insert_clone(graph, source, view, torch.contiguous_format)
-                view.replace_input_with(source, clone)
-                copies += 1
-                continue
-            more = _convert_convolution_operands(
+        settled = settle_strides(
+            graph,
+            propagation,
+            example_inputs,
+            traced,
+            _MAX_ROUNDS,
+            lambda: _convert_convolution_operands(
                 graph, _planned_convolutions(graph, device_types, excluded), False, converted
-            )
-            if more == 0:  # Note [Layout contracts]: last, on settled strides
-                more = honour_layout_contracts(graph, traced)
-            if more == 0:
-                break
-            copies += more
-        else:
+            ),
+        )
+        if settled is None:
             return None
+        copies += settled
         copies -= _drop_redundant_copies(graph, converted)
         if copies == 0:
             return None

@@ -23,14 +23,15 @@ Note [Layout contracts]):
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
 
 from mybackend import _C
 from mybackend.lowering.arguments import ir_op_name
-from mybackend.passes.fake_prop import insert_clone, same_dims
+from mybackend.passes.fake_prop import Repropagation, insert_clone, same_dims
 
 _ANY_STRIDES, _TRACED_STRIDES, _TRACED_STORAGE = "any", "traced", "storage"
 
@@ -114,3 +115,38 @@ def honour_layout_contracts(graph: torch.fx.Graph, traced: Mapping[torch.fx.Node
             node.replace_input_with(source, clone)
             copies += 1
     return copies
+
+
+def settle_strides(
+    graph: torch.fx.Graph,
+    propagation: Repropagation,
+    example_inputs: Sequence[Any],
+    traced: Mapping[torch.fx.Node, object],
+    rounds: int,
+    rewrite_more: Callable[[], int] = lambda: 0,
+) -> int | None:
+    """After a rewrite that changes strides mid-graph: propagates metadata
+    again, round after round, putting a contiguous copy before each view the
+    new strides cannot express, then letting ``rewrite_more`` rewrite what
+    propagation settled (it returns how many copies it made), then, on
+    settled strides, giving ops their contracted layouts (Note [Layout
+    contracts]). Returns the copies made, or None when ``rounds`` rounds did
+    not settle."""
+    copies = 0
+    for _ in range(rounds):
+        view = propagation.until_view_fails(example_inputs)
+        if view is not None:
+            source = view.args[0]
+            assert isinstance(source, torch.fx.Node)
+            view.replace_input_with(
+                source, insert_clone(graph, source, view, torch.contiguous_format)
+            )
+            copies += 1
+            continue
+        more = rewrite_more()
+        if more == 0:
+            more = honour_layout_contracts(graph, traced)
+        if more == 0:
+            return copies
+        copies += more
+    return None

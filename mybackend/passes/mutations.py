@@ -41,7 +41,7 @@ import torch
 import torch.fx
 
 from mybackend.passes.fake_prop import same_dims
-from mybackend.passes.hoist import is_view_op
+from mybackend.passes.hoist import view_base
 
 aten = torch.ops.aten
 
@@ -105,19 +105,9 @@ def _batchable_copy(node: torch.fx.Node, order: dict[torch.fx.Node, int]) -> str
         return None
     if not same_dims(old.shape, new.shape) or old.dtype != new.dtype or old.device != new.device:
         return None
-    if _view_root(src).op == "placeholder":  # may alias another batched input
+    if view_base(src).op == "placeholder":  # may alias another batched input
         return None
     return str(old.device)
-
-
-def _view_root(node: torch.fx.Node) -> torch.fx.Node:
-    """The node whose memory ``node`` may share, following view ops."""
-    while isinstance(node.target, torch._ops.OpOverload) and is_view_op(node.target):
-        base = node.args[0] if node.args else None
-        if not isinstance(base, torch.fx.Node):
-            break
-        node = base
-    return node
 
 
 def _increment_of(copy: torch.fx.Node) -> int | float | None:

@@ -46,7 +46,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from mybackend.passes.hoist import is_view_op, returned_nodes
+from mybackend.passes.hoist import returned_nodes, view_base
 
 aten = torch.ops.aten
 
@@ -82,26 +82,10 @@ def _same_layout(before: object, after: object) -> bool:
     return all(statically_known_true(a == b) for a, b in pairs)
 
 
-def _base(value: object) -> object:
-    """The tensor ``value`` is a chain of views of."""
-    while (
-        isinstance(value, torch.fx.Node)
-        and isinstance(value.target, torch._ops.OpOverload)
-        and is_view_op(value.target)
-        and value.args
-    ):
-        value = value.args[0]
-    return value
-
-
 def _keeps_layout(node: torch.fx.Node) -> bool:
     """A clone (any memory format) whose result has its input's layout, or an
-    expand to the input's own sizes."""
-    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
-        return False
-    return node.target in _IDENTITY_TARGETS and _same_layout(
-        node.args[0].meta.get("val"), node.meta.get("val")
-    )
+    expand to the input's own sizes (``_drop`` found it by its target)."""
+    return _same_layout(node.args[0].meta.get("val"), node.meta.get("val"))
 
 
 _IDENTITY_TARGETS = (aten.clone.default, aten.expand.default)
@@ -112,14 +96,15 @@ _IDENTITY_TARGETS = (aten.clone.default, aten.expand.default)
 _WRITES = (aten.copy_.default, aten._foreach_copy_.default, aten._foreach_add_.Scalar)
 
 
-def _written(gm: torch.fx.GraphModule) -> set[object]:
+def _written(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """The tensors the graph writes into, as the bases of their views."""
-    written: set[object] = set()
+    written: set[torch.fx.Node] = set()
     for target in _WRITES:
         for node in gm.graph.find_nodes(op="call_function", target=target):
             destination = node.args[0]
             for d in destination if isinstance(destination, list | tuple) else [destination]:
-                written.add(_base(d))
+                if isinstance(d, torch.fx.Node):
+                    written.add(view_base(d))
     return written
 
 
@@ -139,9 +124,12 @@ def _drop(
     written = _written(gm)
     dropped = 0
     for node in nodes:
-        if node in returned or _base(node.args[0]) in written or not adds_nothing(node):
+        source = node.args[0]
+        if node in returned or not isinstance(source, torch.fx.Node):
             continue
-        node.replace_all_uses_with(node.args[0])
+        if view_base(source) in written or not adds_nothing(node):
+            continue
+        node.replace_all_uses_with(source)
         gm.graph.erase_node(node)
         dropped += 1
     if dropped and recompile:

@@ -62,13 +62,12 @@ from mybackend.passes.fake_prop import (
     Repropagation,
     call_with_value,
     copy_graph,
-    insert_clone,
     output_values,
     restore_output_strides,
     same_dims,
 )
 from mybackend.passes.layout import placeholder_values
-from mybackend.passes.layout_contracts import honour_layout_contracts
+from mybackend.passes.layout_contracts import settle_strides
 
 aten = torch.ops.aten
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -166,18 +165,7 @@ def patch_convolutions_as_products(
         with fake_mode:
             for conv in convs:
                 _as_product(graph, conv)
-        for _ in range(_MAX_ROUNDS):
-            view = propagation.until_view_fails(inputs)
-            if view is not None:
-                source = view.args[0]
-                assert isinstance(source, torch.fx.Node)
-                view.replace_input_with(
-                    source, insert_clone(graph, source, view, torch.contiguous_format)
-                )
-                continue
-            if honour_layout_contracts(graph, traced) == 0:
-                break
-        else:
+        if settle_strides(graph, propagation, inputs, traced, _MAX_ROUNDS) is None:
             return gm, 0
         restore_output_strides(rewritten, original)
     except Exception:  # a rewrite for speed is never a compile failure
