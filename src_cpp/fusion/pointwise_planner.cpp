@@ -176,6 +176,30 @@ bool reorders_memory(const Graph& graph, const std::vector<NodeId>& nodes) {
   return false;
 }
 
+namespace {
+std::int64_t static_numel(const TensorType& t) {  // t has a static layout
+  std::int64_t numel = 1;
+  for (const Dim& d : t.sizes) numel *= d.static_value();
+  return numel;
+}
+}  // namespace
+
+bool broadcasts_an_input(const Graph& graph, const std::vector<NodeId>& nodes) {
+  if (nodes.size() != 1) return false;
+  const Node& node = graph.node(nodes[0]);
+  if (node.outputs.size() != 1) return false;
+  const TensorType& out = graph.value(node.outputs[0]).tensor;
+  if (!static_layout(out) || (!out.is_contiguous() && memory_order(out).empty())) return false;
+  const std::int64_t numel = static_numel(out);
+  if (numel <= 1) return false;
+  for (ValueId v : node.input_values()) {
+    const Value& in = graph.value(v);
+    if (in.kind == ValueKind::Tensor && static_layout(in.tensor) && static_numel(in.tensor) < numel)
+      return true;
+  }
+  return false;
+}
+
 bool static_layout(const TensorType& t) {
   for (const Dim& d : t.sizes)
     if (!d.is_static()) return false;
@@ -772,7 +796,7 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       return ir_match::is_dtype_cast(graph_, graph_.node(n));
     });
     if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes || only_casts ||
-        reorders_memory(graph_, nodes)) {
+        reorders_memory(graph_, nodes) || broadcasts_an_input(graph_, nodes)) {
       built = build_group(nodes, &why);
     }
     if (!built) {

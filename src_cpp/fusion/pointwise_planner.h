@@ -134,6 +134,20 @@ class PointwisePlanner {
 // transposing copies] in transposed_copies.h), else ATen's.
 bool reorders_memory(const Graph& graph, const std::vector<NodeId>& nodes);
 
+// Note [Lone broadcasting ops]
+// The same holds for a lone elementwise op that broadcasts an input (a
+// squeeze-excitation gate [N, C, 1, 1] times its [N, C, H, W] activations,
+// a per-channel bias, a layer scale): TensorIterator vectorizes only when
+// every operand is laid out like the output, so ATen runs these through
+// its offset loop too (`elementwise_kernel<128, 4>`, 2.4 us a call for
+// MobileNet-V3's eight gates at batch 1 on an H200, 2.5 us for ConvNeXt-T's
+// convolution biases). A generated kernel reads such an input as a
+// periodic operand (Note [Periodic operands]) or at its strides, and moves
+// the dense ones in 16-byte vectors. True for one node whose output is
+// dense with a static layout and more than one element, and which reads a
+// tensor of a static layout with fewer elements than that output.
+bool broadcasts_an_input(const Graph& graph, const std::vector<NodeId>& nodes);
+
 // True when `t`'s sizes and strides are all static.
 bool static_layout(const TensorType& t);
 // Fast-variant index mode guess from the IR (Note [Two pointwise variants]).

@@ -376,6 +376,35 @@ TEST(FusionPlan, LoneReorderingCopiesAreGenerated) {
   }
 }
 
+// Note [Lone broadcasting ops]: a lone op that broadcasts an input (a gate
+// [2, 8, 1, 1] over channels-last [2, 8, 4, 4] activations) is generated,
+// its gate periodic in rows; the same op on two operands laid out like its
+// output stays ATen's (vectorized there), as does one whose output has a
+// single element.
+TEST(FusionPlan, LoneBroadcastingOpsAreGenerated) {
+  TensorType activations = tensor(DType::BFloat16, {2, 8, 4, 4});
+  activations.strides = {Dim(128), Dim(1), Dim(32), Dim(8)};  // channels-last
+  const TensorType gate = tensor(DType::BFloat16, {2, 8, 1, 1});
+  const TensorType scalar = tensor(DType::BFloat16, {1});
+  const std::vector<std::pair<TensorType, TensorType>> cases = {
+      {activations, gate}, {activations, activations}, {scalar, scalar}};
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    GraphBuilder b;
+    const auto& [big, small] = cases[k];
+    ValueId x = b.add_input(out(big, "x"));
+    ValueId g = b.add_input(out(small, "gate"));
+    ValueId y = node1(b, "aten::mul.Tensor", {v(x), v(g)}, big, "mul");
+    b.set_outputs({v(y)});
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    ASSERT_EQ(pointwise.size(), k == 0 ? 1u : 0u) << p.plan.to_string();
+    if (k == 0) {
+      EXPECT_NE(pointwise[0]->spec.find("in1 bf16 periodic_rows"), std::string::npos)
+          << pointwise[0]->spec;
+    }
+  }
+}
+
 // Note [Sibling groups in one launch]: the per-head copies of a fused
 // [B, N, 3, D] projection, the query's scaled, are one kernel; a group that
 // waits for one of them (through an ATen op), or that reads another tensor,
