@@ -25,6 +25,7 @@ from mybackend.ops.cross_entropy import rewrite_cross_entropy
 from mybackend.ops.interpolate import keep_resampling_whole
 from mybackend.options import Options, register_pass_names
 from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
+from mybackend.passes.conv_biases import peel_grouped_conv_biases
 from mybackend.passes.driver import GraphPass, PassContext, always
 from mybackend.passes.hoist import hoist_parameter_work
 from mybackend.passes.layout import plan_channels_last
@@ -98,6 +99,10 @@ def _hoist(ctx: PassContext) -> int:
     ctx.gm, ctx.example_inputs = plan.main, plan.example_inputs
     ctx.static_inputs = [*ctx.static_inputs, *plan.hoisted_inputs]
     return len(plan.hoisted_inputs)
+
+
+def _grouped_conv_biases(ctx: PassContext) -> int:
+    return peel_grouped_conv_biases(ctx.gm, recompile=False)
 
 
 def _empty_pads(ctx: PassContext) -> int:
@@ -192,6 +197,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
     GraphPass("padding", _pad_matmuls_on, _pad_matmuls),
     # A training graph's layout was planned on its joint graph.
     GraphPass("layout", _channels_last_on, _channels_last, kinds=INFERENCE),
+    # Note [Grouped convolution biases]
+    GraphPass(
+        "grouped_conv_biases",
+        always,
+        _grouped_conv_biases,
+        targets=(torch.ops.aten.convolution.default,),
+    ),
     GraphPass("hoisting", always, _hoist, kinds=INFERENCE),  # Note [Hoisted parameter work]
     # Note [A ReLU gradient recomputed by its batch-norm sums]
     GraphPass("batch_norm_gradients", _generated_kernels, _batch_norm_gradients),

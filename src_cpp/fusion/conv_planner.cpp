@@ -228,7 +228,10 @@ void ConvPlanner::claim(const std::vector<NodeId>& partition_nodes, ClaimedGroup
       spec->direction = ConvDirection::Forward;
       spec->bias = tensor_arg(graph_, node, 2);
       spec->output = node.outputs[0];
-      match_epilogue(*spec, ctx);
+      // Note [Grouped convolution biases] (mybackend/passes/conv_biases.py):
+      // only cuDNN's runtime-fusion engines run a grouped convolution with an
+      // epilogue, and they lose to the convolution alone.
+      if (spec->groups == 1) match_epilogue(*spec, ctx);
     } else {
       spec->direction = ConvDirection::Backward;
       spec->grad_output = tensor_arg(graph_, node, 0);

@@ -21,7 +21,9 @@
 // * add.Tensor (alpha 1, the conv's dtype) of a tensor of the output's
 //   shape before relu: the residual;
 // * relu: last.
-// An add of any other broadcast shape is not fused (the why says so). In
+// An add of any other broadcast shape is not fused (the why says so). A
+// grouped convolution (groups > 1) takes no epilogue: Note [Grouped
+// convolution biases] in mybackend/passes/conv_biases.py. In
 // training, aot saves the convolution's output for batch norm's backward,
 // so a training convolution usually fuses nothing; its residual add and
 // relu (the block's end) still do.

@@ -206,6 +206,24 @@ TEST(ConvPlanner, GroupedAndDepthwiseConvolutionsAreGroups) {
   }
 }
 
+// Note [Grouped convolution biases]: a grouped convolution's cuDNN graph is
+// the convolution alone; the per-channel add, batch norm and ReLU after it
+// stay outside (a dense convolution takes them: the tests above).
+TEST(ConvPlanner, GroupedConvolutionsTakeNoEpilogue) {
+  for (std::int64_t groups : {2, 8}) {
+    Conv c(false, false, BF16, groups);
+    const ValueId biased = c.add(c.y, c.channel_bias);
+    const ValueId normed = c.batch_norm(biased);
+    c.b.set_outputs({v(c.relu(normed))});
+    Planned p = plan(c.b, conv_only());
+    auto groups_planned = p.groups(KernelKind::Conv);
+    ASSERT_EQ(groups_planned.size(), 1u);
+    EXPECT_EQ(groups_planned[0]->nodes, (std::vector<NodeId>{0})) << p.plan.to_string();
+    EXPECT_EQ(groups_planned[0]->get<ConvSpec>()->epilogue_name(), "none");
+    EXPECT_EQ(groups_planned[0]->get<ConvSpec>()->output, c.y);
+  }
+}
+
 TEST(ConvPlanner, F64AndCpuAndOptionOffPlanNothing) {
   {
     Conv c(false, false, DType::Float64);

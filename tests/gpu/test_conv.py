@@ -470,3 +470,42 @@ def test_a_patch_embedding_runs_as_one_product(name: str) -> None:
     assert _conv_kernels(records, "inference") == []
     stats = _conv_stats(records, "inference")
     assert stats["matmul_groups_run"] == 1 and stats["matmul_fallbacks"] == 0, stats
+
+
+class DepthwiseBlock(nn.Module):
+    """ConvNeXt's: a depthwise 7x7 with a bias, then a LayerNorm over channels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depthwise = nn.Conv2d(C_OUT, C_OUT, 7, padding=3, groups=C_OUT)
+        self.norm = nn.LayerNorm(C_OUT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.depthwise(x).permute(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_a_depthwise_convolution_adds_its_bias_in_a_generated_kernel(
+    channels_last: bool, precision: Any
+) -> None:
+    """Note [Grouped convolution biases]: cuDNN runs the convolution alone,
+    the bias is added by a generated kernel, and the values are eager's."""
+    dtype, tol = precision
+    torch.manual_seed(0)
+    model = _model(DepthwiseBlock, dtype, channels_last).eval()
+    x = _layout(torch.randn(BATCH, C_OUT, HW, HW, device="cuda", dtype=dtype), channels_last)
+    compiled = torch.compile(model, backend="mybackend", options=ENGINE_ONLY)
+    with torch.no_grad():
+        got, records = compiled_records(lambda: compiled(x))
+        torch.testing.assert_close(got, model(x), **tol)
+    (conv,) = _conv_kernels(records, "inference")
+    assert conv["why"].startswith("cuDNN conv_fprop with epilogue none"), conv
+    _assert_all_ran(records, "inference", 1)
+    (record,) = [r for r in records if r.kind == "inference"]
+    ops = [n["op"] for n in record.core_report["nodes"]]
+    generated = [
+        k for k in record.core_report["kernels"] if k["kind"] in ("pointwise", "norm", "reduction")
+    ]
+    assert any("aten::add.Tensor" in [ops[n] for n in k["nodes"]] for k in generated), generated
+    stats = record.compiled.stats()
+    assert stats["generated_kernel_fallbacks"] == 0, stats

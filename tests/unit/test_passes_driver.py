@@ -174,7 +174,7 @@ def test_the_pass_lists() -> None:
         ["attention_masks", "cross_entropy", "resampling"],
         ["layout", "padding"],
         ["input_mutations", "empty_pads", "identity_copies", "patch_convolutions", "padding",
-         "layout", "hoisting",
+         "layout", "grouped_conv_biases", "hoisting",
          "batch_norm_gradients", "casts_after_views", "widening_casts", "scatter_adds",
          "permuted_cats", "transposed_operands", "softmax_views",
          "views_after_elementwise"],
