@@ -395,6 +395,20 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     }
     src << "}\n";
   }
+  // Note [Narrow outer tiles]: entry 3, entry 0's parameters, one column a
+  // thread.
+  if (outer) {
+    KernelEntry e = entry;
+    e.name += "_narrow";
+    entries.push_back(e);
+    src << "\nextern \"C\" __global__ void __launch_bounds__("
+        << std::to_string(e.block_x * e.block_y) << ") " << e.name << "(" << p.src.str() << ") {\n"
+        << "  const Load load{" << join(p.load_init) << "};\n"
+        << "  const Store store{" << join(p.store_init) << "};\n"
+        << "  mb::reduce_outer<" << reducer
+        << ", I, Load, Store, 1>(load, store, static_cast<I>(outer), static_cast<I>(n), "
+           "static_cast<I>(inner));\n}\n";
+  }
   return EmittedKernel{src.str(), entries};
 }
 

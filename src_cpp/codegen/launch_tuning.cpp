@@ -54,11 +54,12 @@ KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::
 
 std::string outer_tile_assert() {
   return "static_assert(mb::kOuterTileColumns == " + std::to_string(kOuterTileColumns) +
+         " && mb::kNarrowOuterTileColumns == " + std::to_string(kNarrowOuterTileColumns) +
          ", \"the host sizes outer-reduction grids by another tile width\");\n\n";
 }
 
-std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner) {
-  return outer * ((inner + kOuterTileColumns - 1) / kOuterTileColumns);
+std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner, std::int64_t width) {
+  return outer * ((inner + width - 1) / width);
 }
 
 std::int64_t outer_row_splits(std::int64_t tiles, std::int64_t n, int sm_count,

@@ -56,12 +56,16 @@ KernelEntry norm_launch_shape(const KernelEntry& entry, std::int64_t rows, std::
 // mb::kOuterTileColumns (Note [Outer reduction tiles]); every emitted outer
 // reduction asserts the two agree.
 constexpr std::int64_t kOuterTileColumns = 128;
+// The narrow entry's tile (Note [Narrow outer tiles]): mb::kNarrowOuterTileColumns.
+constexpr std::int64_t kNarrowOuterTileColumns = 32;
 
 // The line an emitted source carries to assert that agreement.
 std::string outer_tile_assert();
 
-// Column tiles of an outer reduction over `outer` slices of `inner` columns.
-std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner);
+// Column tiles of an outer reduction over `outer` slices of `inner` columns,
+// `width` columns a tile.
+std::int64_t outer_column_tiles(std::int64_t outer, std::int64_t inner,
+                                std::int64_t width = kOuterTileColumns);
 
 // Chunks for a reduction over n whose one-pass kernel has `tiles` blocks
 // (an outer reduction's column tiles, Note [Split outer reductions], Note

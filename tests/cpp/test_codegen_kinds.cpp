@@ -173,8 +173,14 @@ TEST(CodegenReduction, PrologueAndEpilogueFuse) {
   // with the same parameters plus the workspace and the chunk length (they
   // compiled above, with the rest of the module); so do Inner block-per-row
   // ones (Note [Split inner reductions], tested in SplitInnerEntries).
-  ASSERT_EQ(cases[3].kernel.entries.size(), 3u);
+  ASSERT_EQ(cases[3].kernel.entries.size(), 4u);
   EXPECT_EQ(cases[0].kernel.entries.size(), 3u);
+  // Note [Narrow outer tiles]: Outer kernels also carry entry 3, entry 0's
+  // parameters over narrow tiles.
+  EXPECT_EQ(cases[3].kernel.entries[3].name, cases[3].kernel.entries[0].name + "_narrow");
+  std::vector<std::string> narrow_params;
+  for (const auto& p : cases[3].kernel.entries[3].params) narrow_params.push_back(p.name);
+  EXPECT_EQ(narrow_params, expected);
   for (std::size_t e : {1u, 2u}) {
     const KernelEntry& entry = cases[3].kernel.entries[e];
     EXPECT_EQ(entry.name, cases[3].kernel.entries[0].name + (e == 1 ? "_partials" : "_totals"));
@@ -220,8 +226,11 @@ TEST(CodegenReduction, PeriodicInputsReadAtTheirOffset) {
     }
     EXPECT_EQ(got, periodic) << c.label;
     // The split entries take the same parameters (and read them alike).
-    for (std::size_t e = 1; e < c.kernel.entries.size(); ++e)
+    for (std::size_t e = 1; e < 3; ++e)
       EXPECT_EQ(c.kernel.entries[e].params.size(), params.size() + 2) << c.label;
+    // The narrow entry (Outer: Note [Narrow outer tiles]) takes entry 0's.
+    for (std::size_t e = 3; e < c.kernel.entries.size(); ++e)
+      EXPECT_EQ(c.kernel.entries[e].params.size(), params.size()) << c.label;
   }
   // The same reductions over dense inputs only: the loops' own divisions.
   for (ReduceAxis axis : {ReduceAxis::Inner, ReduceAxis::Outer}) {

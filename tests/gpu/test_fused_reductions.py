@@ -147,10 +147,63 @@ def test_split_outer_reductions(name: str, shape: tuple[int, ...], dtype: torch.
     _check(COLUMN_REDUCTIONS[name], _randn(*shape, dtype=dtype), kind="reduction", tol=tol)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS))
+@pytest.mark.parametrize("shape", [(49, 960), (3, 7, 100), (2, 30, 33)], ids=str)
+def test_short_outer_reductions_run_narrow_tiles(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """Note [Narrow outer tiles]: columns too few for the wide tiles to fill
+    the GPU, rows too few to split: the narrow entry runs, and the results
+    are eager's (partial last tiles included: 100 and 33 columns)."""
+    tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == F32 else TOL_SUM[dtype]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _check(COLUMN_REDUCTIONS[name], _randn(*shape, dtype=dtype), kind="reduction", tol=tol)
+    names = [e.name for e in prof.events() if e.name.startswith("mb_reduction_")]
+    assert names and all(n.endswith("_narrow") for n in names), names
+
+
+def test_a_channels_last_global_pool_runs_narrow_tiles() -> None:
+    """A CNN's closing global average pool at batch 1: batch norm and
+    hardswish over channels-last [1, 960, 7, 7], then the mean over H and W,
+    walked as columns (Note [Reductions walked in memory order])."""
+
+    def pool(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        return F.hardswish(x * scale + shift).mean((2, 3))
+
+    x = _randn(1, 960, 7, 7, dtype=BF16).contiguous(memory_format=torch.channels_last)
+    scale, shift = _randn(960, 1, 1, dtype=BF16), _randn(960, 1, 1, dtype=BF16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _check(pool, x, scale, shift, kind="reduction", tol=TOL_SUM[BF16])
+    names = [e.name for e in prof.events() if e.name.startswith("mb_reduction_")]
+    assert names and all(n.endswith("_narrow") for n in names), names
+
+
 def _ran_split(prof: torch.profiler.profile) -> bool:
-    """Whether a split reduction's two entries ran under `prof`."""
+    """Whether a split inner reduction's two entries ran under `prof`."""
     names = [e.name for e in prof.events() if e.name.startswith("mb_reduction_")]
     return any(n.endswith("_partials") for n in names) and any(n.endswith("_totals") for n in names)
+
+
+def test_split_outer_means_replay_under_cuda_graphs() -> None:
+    """A squeeze-excitation mean (channels-last activations, mean over H and
+    W: a split outer reduction, Note [Split outer reductions]) inside a
+    captured CUDA graph, its workspace allocated in the capture: every replay
+    equals eager."""
+    from tests.testing import compiled_records
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x.mean((2, 3), keepdim=True)) * x
+
+    x = _randn(1, 336, 14, 14, dtype=BF16).to(memory_format=torch.channels_last)
+    compiled = torch.compile(fn, backend="mybackend", options={"strict": True, "cuda_graphs": True})
+    got, records = compiled_records(lambda: compiled(x))
+    torch.testing.assert_close(got, fn(x), **TOL_SUM[BF16])
+    for _ in range(3):  # the capture, then replays
+        torch.testing.assert_close(compiled(x), fn(x), **TOL_SUM[BF16])
+    stats = [r.compiled.stats() for r in records if r.compiled]
+    assert sum(s["generated_reductions_run"] for s in stats) >= 1, stats
+    assert sum(s["generated_kernel_fallbacks"] for s in stats) == 0, stats
 
 
 SPLIT_INNER: dict[str, Callable[..., Any]] = {

@@ -121,8 +121,19 @@ __device__ __forceinline__ void reduce_inner_warp(const Load& load, const Store&
 // that HBM needs: a ViT-B/16 bias-gradient sum ran at 0.7 TB/s. The host
 // sizes grids by the same tile width; the emitted source asserts the two
 // agree.
+//
+// Note [Narrow outer tiles]
+// Four columns a thread leave a small reduction few blocks: the global
+// average pool closing a channels-last CNN at batch 1 (a batch norm and
+// hardswish, then the mean of [1, 49, 960] over its 49 rows) ran on 8
+// blocks of 128 columns and took 11.8 us on an H200, the same reduction over
+// an NCHW input 1.6 us. Kernels with Outer axis therefore also carry an
+// entry whose block owns kNarrowOuterTileColumns columns, one a thread; the
+// runtime launches it when the wide tiles would give fewer blocks than the
+// GPU has SMs (and n is too short to split, Note [Split outer reductions]).
 constexpr int kOuterColumnsPerThread = 4;
 constexpr int kOuterTileColumns = 32 * kOuterColumnsPerThread;
+constexpr int kNarrowOuterTileColumns = 32;
 
 // A Load that also takes the element's row of the [outer, n] view declares
 // `static constexpr bool kTakesRow = true`: it needs the row (per-row
@@ -149,17 +160,16 @@ __device__ __forceinline__ auto load_at(const Load& load, I linear, I row) {
 
 // Rows [first, last) of the tile at column col0 of slice o; on return
 // thread row 0 holds the tile's column results in acc.
-template <class R, class I, class Load>
+// C columns a thread, 32 * C a tile.
+template <class R, class I, class Load, int C>
 __device__ __forceinline__ void outer_tile(const Load& load, I o, I n, I inner, I col0, I first,
-                                           I last,
-                                           typename R::AccT (&acc)[kOuterColumnsPerThread]) {
+                                           I last, typename R::AccT (&acc)[C]) {
   typedef typename R::AccT Acc;
-  constexpr int C = kOuterColumnsPerThread;
-  __shared__ Acc tile[8][kOuterTileColumns + 1];  // +1: no bank conflicts on the column walk
+  __shared__ Acc tile[8][32 * C + 1];  // +1: no bank conflicts on the column walk
 #pragma unroll
   for (int j = 0; j < C; ++j) acc[j] = R::identity();
   const I lane_col = col0 + threadIdx.x;
-  if (col0 + kOuterTileColumns <= inner) {
+  if (col0 + 32 * C <= inner) {
 #pragma unroll 4
     for (I r = first + threadIdx.y; r < last; r += blockDim.y) {
       const I row = o * n + r;
@@ -193,18 +203,19 @@ __device__ __forceinline__ void outer_tile(const Load& load, I o, I n, I inner, 
   __syncthreads();  // the next tile overwrites `tile`
 }
 
-template <class R, class I, class Load, class Store>
+// C columns a thread (Note [Narrow outer tiles]).
+template <class R, class I, class Load, class Store, int C = kOuterColumnsPerThread>
 __device__ __forceinline__ void reduce_outer(const Load& load, const Store& store, I outer, I n,
                                              I inner) {
-  typename R::AccT acc[kOuterColumnsPerThread];
-  const I col_tiles = (inner + kOuterTileColumns - 1) / kOuterTileColumns;
+  typename R::AccT acc[C];
+  const I col_tiles = (inner + 32 * C - 1) / (32 * C);
   for (I b = blockIdx.x; b < outer * col_tiles; b += gridDim.x) {
     const I o = b / col_tiles;
-    const I col0 = (b % col_tiles) * kOuterTileColumns;
+    const I col0 = (b % col_tiles) * (32 * C);
     outer_tile<R>(load, o, n, inner, col0, I(0), n, acc);
     if (threadIdx.y != 0) continue;
 #pragma unroll
-    for (int j = 0; j < kOuterColumnsPerThread; ++j) {
+    for (int j = 0; j < C; ++j) {
       const I col = col0 + threadIdx.x + 32 * j;
       if (col < inner) store(o * inner + col, acc[j], n);
     }

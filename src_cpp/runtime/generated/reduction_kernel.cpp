@@ -42,6 +42,9 @@ constexpr std::int64_t kMinSplitElements = 8192;
 // Chunks are whole multiples of this many elements, so each starts on a
 // whole vector of any width the emitter picks (at most 8 elements).
 constexpr std::int64_t kInnerChunkAlign = 256;
+// Outer kernels' entries: 0 one pass, 1 and 2 split, 3 narrow tiles (Note
+// [Narrow outer tiles]).
+constexpr std::size_t kNarrowOuterEntry = 3;
 
 class ReductionKernel final : public GroupKernel<ReductionGroup> {
  public:
@@ -224,6 +227,13 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     std::int64_t blocks = 1;
     if (group_->spec.axis == ReduceAxis::Outer) {
       blocks = outer_column_tiles(c.rows, c.inner);
+      // Note [Narrow outer tiles]: too few wide tiles to fill the GPU.
+      const std::int64_t narrow = outer_column_tiles(c.rows, c.inner, kNarrowOuterTileColumns);
+      if (variants_[v].kernel.entries.size() > kNarrowOuterEntry && blocks < l.sm_count &&
+          narrow > blocks) {
+        launch_entry(v, kNarrowOuterEntry, c, device_index, std::min(narrow, resident), nullptr, 0);
+        return;
+      }
     } else if (group_->spec.strategy == ReduceStrategy::WarpPerRow) {
       const std::int64_t warps = std::max(1, entry.block_x / 32);
       blocks = (c.rows + warps - 1) / warps;
