@@ -19,10 +19,12 @@ and an ``add`` of the bias viewed as [C, 1, ..., 1]:
 cuDNN then runs the convolution alone (the conv planner takes no epilogue
 into a grouped convolution's cuDNN graph: bias, batch norm, residual and
 ReLU after one stay elementwise ops, Note [Conv groups]), and the add is an
-elementwise op like any other: it joins the kernel that reads the
-convolution next (a LayerNorm over channels through a permute, a batch
-norm, an activation), or runs as a generated kernel that reads the bias as
-a periodic operand (Note [Periodic operands]). Only grouped convolutions
+elementwise op like any other: it joins the elementwise ops after the
+convolution (a batch norm, an activation) in one generated kernel, or,
+alone, is a generated kernel of its own that reads the bias as a periodic
+operand (Note [Lone broadcasting ops]): ConvNeXt's, whose reader is a
+LayerNorm over channels through a permute, which norm prologues do not
+take (Note [Norm prologues]). Only grouped convolutions
 (groups > 1, not transposed) on CUDA; dense convolutions keep their fused
 epilogues, which no measurement so far shows losing (and the group floor
 still times each against ATen). The add's strides must equal the
