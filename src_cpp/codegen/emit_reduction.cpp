@@ -333,11 +333,14 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
   add_periodic_params(out, p.store_init, p);
 
   const std::string reducer = reducer_type(spec.op, acc_dtype);
-  src << "extern \"C\" __global__ void __launch_bounds__("
-      << std::to_string(entry.block_x * entry.block_y) << ") " << entry.name << "(" << p.src.str()
-      << ") {\n"
-      << "  const Load load{" << join(p.load_init) << "};\n"
-      << "  const Store store{" << join(p.store_init) << "};\n";
+  // The signature, Load and Store of an entry taking entry 0's parameters.
+  auto open_entry = [&](const KernelEntry& e) {
+    src << "extern \"C\" __global__ void __launch_bounds__("
+        << std::to_string(e.block_x * e.block_y) << ") " << e.name << "(" << p.src.str() << ") {\n"
+        << "  const Load load{" << join(p.load_init) << "};\n"
+        << "  const Store store{" << join(p.store_init) << "};\n";
+  };
+  open_entry(entry);
   if (spec.axis == ReduceAxis::Outer) {
     src << "  mb::reduce_outer<" << reducer
         << ", I>(load, store, static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner));\n";
@@ -401,11 +404,9 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     KernelEntry e = entry;
     e.name += "_narrow";
     entries.push_back(e);
-    src << "\nextern \"C\" __global__ void __launch_bounds__("
-        << std::to_string(e.block_x * e.block_y) << ") " << e.name << "(" << p.src.str() << ") {\n"
-        << "  const Load load{" << join(p.load_init) << "};\n"
-        << "  const Store store{" << join(p.store_init) << "};\n"
-        << "  mb::reduce_outer<" << reducer
+    src << "\n";
+    open_entry(e);
+    src << "  mb::reduce_outer<" << reducer
         << ", I, Load, Store, 1>(load, store, static_cast<I>(outer), static_cast<I>(n), "
            "static_cast<I>(inner));\n}\n";
   }

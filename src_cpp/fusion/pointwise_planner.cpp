@@ -278,9 +278,8 @@ PeriodicLayout static_periodic_layout(const TensorType& input, const TensorType&
 }
 
 IndexMode periodic_mode(const PeriodicLayout& layout, const TensorType& walk) {
-  std::int64_t numel = 1;  // static: the layout has a period
-  for (const Dim& d : walk.sizes) numel *= d.static_value();
-  return layout.block == numel ? IndexMode::Periodic : IndexMode::PeriodicRows;
+  // static: the layout has a period
+  return layout.block == static_numel(walk) ? IndexMode::Periodic : IndexMode::PeriodicRows;
 }
 
 std::string shape_key(const TensorType& type) {
