@@ -398,16 +398,17 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     }
     src << "}\n";
   }
-  // Note [Narrow outer tiles]: entry 3, entry 0's parameters, one column a
-  // thread.
+  // Note [Narrow outer tiles]: entry 3, entry 0's parameters, one column and
+  // 32 thread rows a block.
   if (outer) {
     KernelEntry e = entry;
     e.name += "_narrow";
+    e.block_y = 32;
     entries.push_back(e);
     src << "\n";
     open_entry(e);
     src << "  mb::reduce_outer<" << reducer
-        << ", I, Load, Store, 1>(load, store, static_cast<I>(outer), static_cast<I>(n), "
+        << ", I, Load, Store, 1, 32>(load, store, static_cast<I>(outer), static_cast<I>(n), "
            "static_cast<I>(inner));\n}\n";
   }
   return EmittedKernel{src.str(), entries};

@@ -181,6 +181,8 @@ TEST(CodegenReduction, PrologueAndEpilogueFuse) {
   std::vector<std::string> narrow_params;
   for (const auto& p : cases[3].kernel.entries[3].params) narrow_params.push_back(p.name);
   EXPECT_EQ(narrow_params, expected);
+  EXPECT_EQ(cases[3].kernel.entries[3].block_x, 32);
+  EXPECT_EQ(cases[3].kernel.entries[3].block_y, 32);
   for (std::size_t e : {1u, 2u}) {
     const KernelEntry& entry = cases[3].kernel.entries[e];
     EXPECT_EQ(entry.name, cases[3].kernel.entries[0].name + (e == 1 ? "_partials" : "_totals"));

@@ -149,13 +149,14 @@ def test_split_outer_reductions(name: str, shape: tuple[int, ...], dtype: torch.
 
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS))
-@pytest.mark.parametrize("shape", [(49, 960), (3, 7, 100), (2, 30, 33)], ids=str)
+@pytest.mark.parametrize("shape", [(49, 960), (3, 7, 100), (2, 30, 33), (1, 196, 336)], ids=str)
 def test_short_outer_reductions_run_narrow_tiles(
     name: str, shape: tuple[int, ...], dtype: torch.dtype
 ) -> None:
     """Note [Narrow outer tiles]: columns too few for the wide tiles to fill
-    the GPU, rows too few to split: the narrow entry runs, and the results
-    are eager's (partial last tiles included: 100 and 33 columns)."""
+    the GPU, rows short enough for one pass (196: the split form's before):
+    the narrow entry runs, and the results are eager's (partial last tiles
+    included: 100 and 33 columns)."""
     tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == F32 else TOL_SUM[dtype]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         _check(COLUMN_REDUCTIONS[name], _randn(*shape, dtype=dtype), kind="reduction", tol=tol)
@@ -195,7 +196,7 @@ def test_split_outer_means_replay_under_cuda_graphs() -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x.mean((2, 3), keepdim=True)) * x
 
-    x = _randn(1, 336, 14, 14, dtype=BF16).to(memory_format=torch.channels_last)
+    x = _randn(1, 120, 28, 28, dtype=BF16).to(memory_format=torch.channels_last)
     compiled = torch.compile(fn, backend="mybackend", options={"strict": True, "cuda_graphs": True})
     got, records = compiled_records(lambda: compiled(x))
     torch.testing.assert_close(got, fn(x), **TOL_SUM[BF16])

@@ -123,14 +123,16 @@ __device__ __forceinline__ void reduce_inner_warp(const Load& load, const Store&
 // agree.
 //
 // Note [Narrow outer tiles]
-// Four columns a thread leave a small reduction few blocks: the global
-// average pool closing a channels-last CNN at batch 1 (a batch norm and
-// hardswish, then the mean of [1, 49, 960] over its 49 rows) ran on 8
-// blocks of 128 columns and took 11.8 us on an H200, the same reduction over
-// an NCHW input 1.6 us. Kernels with Outer axis therefore also carry an
-// entry whose block owns kNarrowOuterTileColumns columns, one a thread; the
-// runtime launches it when the wide tiles would give fewer blocks than the
-// GPU has SMs (and n is too short to split, Note [Split outer reductions]).
+// Four columns a thread and eight thread rows leave a small reduction few
+// blocks and long loops: the global average pool closing a channels-last
+// CNN at batch 1 (a batch norm and hardswish, then the mean of [1, 49, 960]
+// over its 49 rows) ran on 8 blocks of 128 columns and took 11.8 us on an
+// H200, the same reduction over an NCHW input 1.6 us; a squeeze-excitation
+// mean over [1, 196, 336] took the split form's two kernels, 5.2 us. Kernels
+// with Outer axis therefore also carry an entry whose block is (32, 32): one
+// column a thread, 32 columns a block, 32 thread rows, one launch. The
+// runtime launches it for columns too few for the wide tiles to fill the
+// GPU and rows short enough (kNarrowOuterMaxRows) for 32 thread rows.
 constexpr int kOuterColumnsPerThread = 4;
 constexpr int kOuterTileColumns = 32 * kOuterColumnsPerThread;
 constexpr int kNarrowOuterTileColumns = 32;
@@ -160,12 +162,12 @@ __device__ __forceinline__ auto load_at(const Load& load, I linear, I row) {
 
 // Rows [first, last) of the tile at column col0 of slice o; on return
 // thread row 0 holds the tile's column results in acc.
-// C columns a thread, 32 * C a tile.
-template <class R, class I, class Load, int C>
+// C columns a thread, 32 * C a tile; at most ROWS thread rows (blockDim.y).
+template <class R, class I, class Load, int C, int ROWS = 8>
 __device__ __forceinline__ void outer_tile(const Load& load, I o, I n, I inner, I col0, I first,
                                            I last, typename R::AccT (&acc)[C]) {
   typedef typename R::AccT Acc;
-  __shared__ Acc tile[8][32 * C + 1];  // +1: no bank conflicts on the column walk
+  __shared__ Acc tile[ROWS][32 * C + 1];  // +1: no bank conflicts on the column walk
 #pragma unroll
   for (int j = 0; j < C; ++j) acc[j] = R::identity();
   const I lane_col = col0 + threadIdx.x;
@@ -203,8 +205,8 @@ __device__ __forceinline__ void outer_tile(const Load& load, I o, I n, I inner, 
   __syncthreads();  // the next tile overwrites `tile`
 }
 
-// C columns a thread (Note [Narrow outer tiles]).
-template <class R, class I, class Load, class Store, int C = kOuterColumnsPerThread>
+// C columns a thread, ROWS thread rows a block (Note [Narrow outer tiles]).
+template <class R, class I, class Load, class Store, int C = kOuterColumnsPerThread, int ROWS = 8>
 __device__ __forceinline__ void reduce_outer(const Load& load, const Store& store, I outer, I n,
                                              I inner) {
   typename R::AccT acc[C];
@@ -212,7 +214,7 @@ __device__ __forceinline__ void reduce_outer(const Load& load, const Store& stor
   for (I b = blockIdx.x; b < outer * col_tiles; b += gridDim.x) {
     const I o = b / col_tiles;
     const I col0 = (b % col_tiles) * (32 * C);
-    outer_tile<R>(load, o, n, inner, col0, I(0), n, acc);
+    outer_tile<R, I, Load, C, ROWS>(load, o, n, inner, col0, I(0), n, acc);
     if (threadIdx.y != 0) continue;
 #pragma unroll
     for (int j = 0; j < C; ++j) {

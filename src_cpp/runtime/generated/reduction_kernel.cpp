@@ -45,6 +45,8 @@ constexpr std::int64_t kInnerChunkAlign = 256;
 // Outer kernels' entries: 0 one pass, 1 and 2 split, 3 narrow tiles (Note
 // [Narrow outer tiles]).
 constexpr std::size_t kNarrowOuterEntry = 3;
+// The longest rows the narrow entry takes: eight a thread row.
+constexpr std::int64_t kNarrowOuterMaxRows = 256;
 
 class ReductionKernel final : public GroupKernel<ReductionGroup> {
  public:
@@ -208,6 +210,17 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
   void launch_variant(std::size_t v, const Call& c, int device_index) const {
     const DeviceModules::Loaded& l = modules_.on(device_index, v);
     const std::int64_t resident = static_cast<std::int64_t>(l.sm_count) * 16;
+    if (group_->spec.axis == ReduceAxis::Outer) {
+      // Note [Narrow outer tiles]: too few wide tiles to fill the GPU, rows
+      // short enough for one pass of 32 thread rows.
+      const std::int64_t wide = outer_column_tiles(c.rows, c.inner);
+      const std::int64_t narrow = outer_column_tiles(c.rows, c.inner, kNarrowOuterTileColumns);
+      if (variants_[v].kernel.entries.size() > kNarrowOuterEntry && wide < l.sm_count &&
+          narrow > wide && c.n <= kNarrowOuterMaxRows) {
+        launch_entry(v, kNarrowOuterEntry, c, device_index, std::min(narrow, resident), nullptr, 0);
+        return;
+      }
+    }
     if (const std::int64_t chunk = split_chunk(v, c, l.sm_count); chunk > 0) {
       // The device code counts the chunks the same way (rounding the chunk
       // up may leave fewer than outer_row_splits asked for).
@@ -227,13 +240,6 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     std::int64_t blocks = 1;
     if (group_->spec.axis == ReduceAxis::Outer) {
       blocks = outer_column_tiles(c.rows, c.inner);
-      // Note [Narrow outer tiles]: too few wide tiles to fill the GPU.
-      const std::int64_t narrow = outer_column_tiles(c.rows, c.inner, kNarrowOuterTileColumns);
-      if (variants_[v].kernel.entries.size() > kNarrowOuterEntry && blocks < l.sm_count &&
-          narrow > blocks) {
-        launch_entry(v, kNarrowOuterEntry, c, device_index, std::min(narrow, resident), nullptr, 0);
-        return;
-      }
     } else if (group_->spec.strategy == ReduceStrategy::WarpPerRow) {
       const std::int64_t warps = std::max(1, entry.block_x / 32);
       blocks = (c.rows + warps - 1) / warps;
