@@ -143,6 +143,35 @@ def run_generated_norm(fn: Callable[..., Any], *inputs: torch.Tensor) -> list[to
     return list(out)
 
 
+def call_targets(gm: torch.fx.GraphModule) -> list[Any]:
+    """The targets of gm's call_function nodes, in graph order."""
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def traced_and_rewritten(
+    rewrite: Callable[[torch.fx.GraphModule], int],
+    fn: Callable[..., torch.Tensor],
+    *inputs: torch.Tensor,
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, int]:
+    """``fn`` traced with FakeTensor values twice: as traced, and after the
+    graph pass ``rewrite`` (whose count comes third); the rewritten graph
+    must lint."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    before = make_fx(fn, tracing_mode="fake")(*inputs)
+    after = make_fx(fn, tracing_mode="fake")(*inputs)
+    count = rewrite(after)
+    after.graph.lint()
+    return before, after, count
+
+
+def assert_same_result(before: Any, after: Any, inputs: Sequence[torch.Tensor]) -> None:
+    """Two graphs of one function give equal values with equal strides."""
+    want, got = before(*inputs), after(*inputs)
+    assert torch.equal(got, want)
+    assert got.stride() == want.stride()
+
+
 def fake_graph(
     fn: Callable[..., object], *shapes: tuple[int, ...], device: str = "cuda"
 ) -> torch.fx.GraphModule:

@@ -35,6 +35,7 @@ from mybackend.passes.noop_copies import drop_empty_pads, drop_identity_copies
 from mybackend.passes.patch_convolutions import patch_convolutions_as_products
 from mybackend.passes.permuted_cats import write_permuted_cats
 from mybackend.passes.scatter_adds import fold_scatter_adds
+from mybackend.passes.slice_scatter_cats import scatters_into_zeros_as_cats
 from mybackend.passes.softmax_views import softmaxes_before_views
 from mybackend.passes.transposed_operands import copy_transposed_operands
 from mybackend.passes.views_after_elementwise import move_elementwise_past_views
@@ -129,6 +130,10 @@ def _scatter_adds(ctx: PassContext) -> int:
     return fold_scatter_adds(ctx.gm, recompile=False)
 
 
+def _slice_scatters(ctx: PassContext) -> int:
+    return scatters_into_zeros_as_cats(ctx.gm, recompile=False)
+
+
 def _permuted_cats(ctx: PassContext) -> int:
     return write_permuted_cats(ctx.gm, recompile=False)
 
@@ -211,6 +216,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
     GraphPass("casts_after_views", _generated_kernels, _casts_after_views),
     GraphPass("widening_casts", _generated_kernels, _widening_casts),
     GraphPass("scatter_adds", always, _scatter_adds),  # Note [Scatters into their addend]
+    # Note [Slice scatters into zeros]
+    GraphPass(
+        "slice_scatters",
+        always,
+        _slice_scatters,
+        targets=(torch.ops.aten.slice_scatter.default,),
+    ),
     GraphPass("permuted_cats", always, _permuted_cats),  # Note [Permuted concatenations]
     # Note [Transposed operands copied untransposed]
     GraphPass(

@@ -7,7 +7,8 @@ failure inside the backend an error here instead of a quiet eager run.
 The sample covers the patterns the zoo found slow or fragile: depthwise 7x7
 convolutions with LayerNorm over permuted channels, shifted-window attention,
 squeeze-excitation with hard-swish and SiLU, grouped-query attention with
-rotary positions, relative position bias, an audio encoder's convolutions, a
+rotary positions, partial rotary embeddings (slices whose gradients are
+scattered into zeros), relative position bias, an audio encoder's convolutions, a
 mixture of experts. Tiny variants keep the whole sample within minutes.
 """
 
@@ -28,6 +29,7 @@ SAMPLE = (
     "mobilenet_v3_large",
     "efficientnet_b0",
     "llama_gqa",
+    "pythia_160m",
     "t5_base",
     "whisper_base",
     "mixtral_moe",

@@ -9,32 +9,22 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from mybackend.passes.permuted_cats import write_permuted_cats
-from tests.testing import compiled_records, use_cuda_decompositions
+from tests.testing import (
+    assert_same_result,
+    call_targets,
+    compiled_records,
+    traced_and_rewritten,
+    use_cuda_decompositions,
+)
 
 aten = torch.ops.aten
 B, H, N, D = 2, 3, 5, 4
 
 
-def _targets(gm: torch.fx.GraphModule) -> list[Any]:
-    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
-
-
 def _rewritten(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> tuple[Any, Any, int]:
-    """fn traced with FakeTensor values, and the same graph after the pass."""
-    gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    before = make_fx(fn, tracing_mode="fake")(*inputs)
-    count = write_permuted_cats(gm)
-    gm.graph.lint()
-    return before, gm, count
-
-
-def _assert_same(before: Any, after: Any, inputs: tuple[torch.Tensor, ...]) -> None:
-    want, got = before(*inputs), after(*inputs)
-    assert torch.equal(got, want)
-    assert got.stride() == want.stride()
+    return traced_and_rewritten(write_permuted_cats, fn, *inputs)
 
 
 def _attention_gradients_into_the_projection(
@@ -51,12 +41,12 @@ def test_a_stack_permuted_into_place_is_one_concatenation() -> None:
     inputs = tuple(torch.randn(B, H, N, D) for _ in range(3))
     before, after, count = _rewritten(_attention_gradients_into_the_projection, *inputs)
     assert count == 1
-    assert aten.clone.default not in _targets(after)
-    assert _targets(after).count(aten.cat.default) == 1
+    assert aten.clone.default not in call_targets(after)
+    assert call_targets(after).count(aten.cat.default) == 1
     (cat,) = after.graph.find_nodes(op="call_function", target=aten.cat.default)
     assert cat.args[1] == 2  # the stacked dim lands at 2 of [B, N, 3, H, D]
     assert cat.meta["val"].shape == (B, N, 3, H, D) and cat.meta["val"].is_contiguous()
-    _assert_same(before, after, inputs)
+    assert_same_result(before, after, inputs)
 
 
 def test_a_permuted_concatenation_along_any_dim() -> None:
@@ -70,10 +60,10 @@ def test_a_permuted_concatenation_along_any_dim() -> None:
         torch.randn(2, 3, 5).transpose(0, 1).contiguous().transpose(0, 1),
     )
     before, after, count = _rewritten(fn, *inputs)
-    assert count == 1 and aten.clone.default not in _targets(after)
+    assert count == 1 and aten.clone.default not in call_targets(after)
     (cat,) = after.graph.find_nodes(op="call_function", target=aten.cat.default)
     assert cat.args[1] == 0
-    _assert_same(before, after, inputs)
+    assert_same_result(before, after, inputs)
 
 
 def test_copies_that_keep_strides_or_share_their_source_are_left_alone() -> None:
@@ -93,9 +83,9 @@ def test_copies_that_keep_strides_or_share_their_source_are_left_alone() -> None
     inputs = (torch.randn(3, 4), torch.randn(3, 4))
     for fn in (preserved, shared):
         _, after, count = _rewritten(fn, *inputs)
-        assert count == 0 and aten.clone.default in _targets(after), fn.__name__
+        assert count == 0 and aten.clone.default in call_targets(after), fn.__name__
     _, after, count = _rewritten(uneven_stack, torch.randn(2, 6), torch.randn(4, 6))
-    assert count == 0 and aten.clone.default in _targets(after)
+    assert count == 0 and aten.clone.default in call_targets(after)
 
 
 class _Attention(nn.Module):
