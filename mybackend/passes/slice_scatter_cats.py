@@ -26,7 +26,8 @@ the concatenation, and a single scatter into zeros, read by anything, is
 of ``add`` nodes (no ``alpha``; inner adds read by nothing else) over
 ``slice_scatter`` nodes with step 1 (each read only by its add), whose base
 is a ``full`` of 0 with the sum's shape and dtype, all along one dim, every
-size a plain integer, the windows disjoint; the result must keep the sum's
+size a plain integer, each part exactly the size of its window, the
+windows disjoint; the result must keep the sum's
 strides (contiguous), else the tree is left alone.
 """
 
@@ -101,9 +102,14 @@ def _window(node: object, like: torch.Tensor) -> _Window | None:
         return None
     start = max(0, start + size if start < 0 else start)
     end = min(size, end + size if end < 0 else end)
-    if start >= end or part.meta.get("val") is None:
+    piece = part.meta.get("val")
+    if start >= end or not isinstance(piece, torch.Tensor) or piece.dtype != like.dtype:
         return None
-    if part.meta["val"].dtype != like.dtype:
+    # The part fills its window exactly, in plain integers.
+    expected = [end - start if d == dim else s for d, s in enumerate(like.shape)]
+    if piece.dim() != like.dim() or any(
+        not isinstance(s, int) or s != e for s, e in zip(piece.shape, expected, strict=True)
+    ):
         return None
     assert isinstance(base, torch.fx.Node)
     return _Window(node, part, base, dim, start, end)
