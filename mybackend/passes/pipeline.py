@@ -27,6 +27,7 @@ from mybackend.options import Options, register_pass_names
 from mybackend.passes.batch_norm_gradients import copy_batch_norm_gradients
 from mybackend.passes.conv_biases import peel_grouped_conv_biases
 from mybackend.passes.driver import GraphPass, PassContext, always
+from mybackend.passes.gathered_tables import gather_tables_in_final_layout
 from mybackend.passes.hoist import hoist_parameter_work
 from mybackend.passes.layout import plan_channels_last
 from mybackend.passes.matmul_padding import pad_matmuls
@@ -134,6 +135,10 @@ def _slice_scatters(ctx: PassContext) -> int:
     return scatters_into_zeros_as_cats(ctx.gm, recompile=False)
 
 
+def _gathered_tables(ctx: PassContext) -> int:
+    return gather_tables_in_final_layout(ctx.gm, recompile=False)
+
+
 def _permuted_cats(ctx: PassContext) -> int:
     return write_permuted_cats(ctx.gm, recompile=False)
 
@@ -224,6 +229,13 @@ PER_GRAPH: tuple[GraphPass, ...] = (
         targets=(torch.ops.aten.slice_scatter.default,),
     ),
     GraphPass("permuted_cats", always, _permuted_cats),  # Note [Permuted concatenations]
+    # Note [Gathered tables in their final layout]
+    GraphPass(
+        "gathered_tables",
+        always,
+        _gathered_tables,
+        targets=(torch.ops.aten.index.Tensor,),
+    ),
     # Note [Transposed operands copied untransposed]
     GraphPass(
         "transposed_operands",

@@ -176,7 +176,8 @@ def test_the_pass_lists() -> None:
         ["input_mutations", "empty_pads", "identity_copies", "patch_convolutions", "padding",
          "layout", "grouped_conv_biases", "hoisting",
          "batch_norm_gradients", "casts_after_views", "widening_casts", "scatter_adds",
-         "slice_scatters", "permuted_cats", "transposed_operands", "softmax_views",
+         "slice_scatters", "permuted_cats", "gathered_tables", "transposed_operands",
+         "softmax_views",
          "views_after_elementwise"],
     ]  # fmt: skip
     for passes in pipeline.LISTS:
