@@ -1,0 +1,40 @@
+"""benchmarks/aten_survey.py: which ops a model's graphs leave to ATen, planned
+for CUDA on a machine without a GPU."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from benchmarks import aten_survey
+from mybackend.options import Options
+
+
+def _cat_then_relu(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, y]).relu().view(-1) + 1
+
+
+def test_a_graph_is_planned_as_on_cuda() -> None:
+    gm = make_fx(_cat_then_relu, tracing_mode="fake")(torch.randn(2, 8), torch.randn(3, 8))
+    plan = aten_survey.plan_graph(gm, "inference", Options.from_user(None, {}))
+    assert plan.aten_ops == {"aten::cat.default": 1}  # the view is not counted
+    assert plan.groups.get("pointwise") == 1  # relu and the add: one generated kernel
+
+
+def test_a_training_survey_plans_the_forward_and_the_backward() -> None:
+    survey = aten_survey.survey_model("mlp", "training")
+    assert survey.error is None
+    assert [g.kind for g in survey.graphs] == ["forward", "backward"]
+    assert all(g.groups.get("matmul", 0) > 0 for g in survey.graphs)
+    lines = aten_survey.report_lines([survey], top=5)
+    assert any(line.startswith("| mlp | training | backward |") for line in lines)
+
+
+def test_a_failing_model_is_a_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no trace here")
+
+    monkeypatch.setattr(aten_survey, "plan_graph", broken)
+    survey = aten_survey.survey_model("mlp", "inference")
+    assert survey.error is not None and "no trace here" in survey.error
+    assert aten_survey.main(["--models", "mlp"]) == 1
