@@ -348,6 +348,21 @@ void identity(PwNodeBuilder& b) {  // clone
   b.result(b.logical(0));
 }
 
+// Note [Fills as literals]
+// full_like(x, v), zeros_like(x), ones_like(x) and full(size, v) compute no
+// element from anything they read: x gives only the shape. Left to ATen
+// they are a fill kernel and a tensor the reading kernel loads (T5's
+// relative position buckets clamp against a full_like, masks are filled
+// with -inf beside the scores). In a group they are a literal of the
+// result's dtype, which the readers use in registers. A group that would
+// read no tensor at all stays ATen (pointwise_planner.cpp).
+Builder fill(std::optional<double> value) {
+  return [value](PwNodeBuilder& b) {
+    const DType out = b.out();
+    b.result(value ? b.literal(out, *value) : b.scalar(1, out));
+  };
+}
+
 const std::map<std::string, Builder>& table() {
   static const std::map<std::string, Builder> ops = [] {
     std::map<std::string, Builder> t;
@@ -428,6 +443,11 @@ const std::map<std::string, Builder>& table() {
     t["aten::_to_copy.default"] = convert;
     t["prims::convert_element_type.default"] = convert;
     t["aten::clone.default"] = identity;
+    // Note [Fills as literals]
+    t["aten::full_like.default"] = fill(std::nullopt);
+    t["aten::full.default"] = fill(std::nullopt);
+    t["aten::zeros_like.default"] = fill(0.0);
+    t["aten::ones_like.default"] = fill(1.0);
     return t;
   }();
   return ops;

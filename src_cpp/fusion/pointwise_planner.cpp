@@ -396,6 +396,10 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   PointwiseSpec& spec = ssa.spec();
   spec.rank = rank;
   group->inputs = ssa.inputs();
+  if (group->inputs.empty()) {  // only literals (Note [Fills as literals])
+    *why = "the group reads no tensor (ATen fills it)";
+    return nullptr;
+  }
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const TensorType& t = graph_.value(group->inputs[k]).tensor;
     const bool full = shape_key(t) == key && dense(t);

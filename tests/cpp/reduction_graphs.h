@@ -1,7 +1,9 @@
-// IR graphs with reductions and norms, shared by the planner tests
+// IR graphs with reductions, norms and fills, shared by the planner tests
 // (test_reduction_planner.cpp) and the NVRTC compile of what they plan
 // (test_codegen_planned.cpp). Each builder fills `b` and sets the outputs.
 #pragma once
+
+#include <limits>
 
 #include "fusion_graphs.h"
 
@@ -29,6 +31,18 @@ void sum_with_prologue_and_epilogue(GraphBuilder& b, DType dtype, std::vector<st
       node1(b, "aten::add.Tensor", {v(s), Argument::of_int(1), Argument::of_int(1)}, r, "add");
   ValueId q = node1(b, "aten::sqrt.default", {v(a)}, r, "sqrt");
   b.set_outputs({v(q)});
+}
+
+// where(mask, x, full_like(x, -inf)) over [4, 8] (Note [Fills as literals]).
+void masked_by_a_fill(GraphBuilder& b, DType dtype) {
+  const TensorType t = tensor(dtype, {4, 8});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId mask = b.add_input(out(tensor(DType::Bool, {4, 8}), "mask"));
+  ValueId fill =
+      node1(b, "aten::full_like.default",
+            {v(x), Argument::of_float(-std::numeric_limits<double>::infinity())}, t, "fill");
+  ValueId y = node1(b, "aten::where.self", {v(mask), v(x), v(fill)}, t, "where");
+  b.set_outputs({v(y)});
 }
 
 // The RMS-norm chain F.rms_norm leaves (Note [RMS-norm chain]); with

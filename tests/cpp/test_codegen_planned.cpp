@@ -1,5 +1,5 @@
-// Stages 7 + 8a: every spec variant the reduction and norm planners produce
-// (fast and general) emits and compiles with NVRTC to PTX for compute_90.
+// Stages 7 + 8a: every spec variant the reduction, norm and pointwise planners
+// produce (fast and general) emits and compiles with NVRTC to PTX for compute_90.
 #include <gtest/gtest.h>
 
 #if MYBACKEND_WITH_CODEGEN
@@ -26,12 +26,16 @@ std::vector<EmittedKernel> kernels_of(const Planned& p) {
         out.push_back(emit_norm(norm->spec));
         out.push_back(emit_norm(norm->general));
       }
+      if (const auto* pointwise = g.get<PointwiseGroup>()) {
+        out.push_back(emit_pointwise(pointwise->spec));
+        out.push_back(emit_pointwise(pointwise->general));
+      }
     }
   }
   return out;
 }
 
-TEST(CodegenPlanned, ReductionAndNormGroupsCompileToPtx) {
+TEST(CodegenPlanned, PlannedGroupsCompileToPtx) {
   std::vector<std::function<void(GraphBuilder&)>> graphs;
   for (DType d : {DType::Float32, DType::Float16, DType::BFloat16}) {
     graphs.push_back([d](GraphBuilder& b) {
@@ -51,6 +55,7 @@ TEST(CodegenPlanned, ReductionAndNormGroupsCompileToPtx) {
     graphs.push_back([d](GraphBuilder& b) { layer_norm(b, d); });
     graphs.push_back([d](GraphBuilder& b) { rms_norm_chain(b, d, d != DType::Float32, true); });
     graphs.push_back([d](GraphBuilder& b) { elementwise_then_layer_norm(b, d, false, false); });
+    graphs.push_back([d](GraphBuilder& b) { masked_by_a_fill(b, d); });
   }
   std::vector<EmittedKernel> kernels;
   for (const auto& build : graphs) {

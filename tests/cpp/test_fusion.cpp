@@ -1,6 +1,7 @@
 // Stage 7: the pointwise planner on hand-built IR graphs (no torch, no GPU).
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -403,6 +404,44 @@ TEST(FusionPlan, LoneBroadcastingOpsAreGenerated) {
           << pointwise[0]->spec;
     }
   }
+}
+
+// Note [Fills as literals]: where(mask, x, full_like(x, -inf)) is one
+// kernel reading x and the mask, the fill a literal; a fill read by nothing
+// else in a group (its readers all ATen) stays ATen's, and so does a group
+// of fills only.
+TEST(FusionPlan, FillsAreLiteralsOfTheirReaders) {
+  const TensorType t = tensor(DType::BFloat16, {4, 8});
+  const TensorType mask_type = tensor(DType::Bool, {4, 8});
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const char* op : {"aten::full_like.default", "aten::zeros_like.default"}) {
+    GraphBuilder b;
+    ValueId x = b.add_input(out(t, "x"));
+    ValueId mask = b.add_input(out(mask_type, "mask"));
+    const bool full = std::string(op) == "aten::full_like.default";
+    std::vector<Argument> args = {v(x)};
+    if (full) args.push_back(Argument::of_float(-inf));
+    ValueId fill = node1(b, op, args, t, "fill");
+    ValueId y = node1(b, "aten::where.self", {v(mask), v(x), v(fill)}, t, "where");
+    b.set_outputs({v(y)});
+    Planned p = plan(b);
+    auto pointwise = p.groups(KernelKind::Pointwise);
+    ASSERT_EQ(pointwise.size(), 1u) << p.plan.to_string();
+    EXPECT_EQ(pointwise[0]->nodes.size(), 2u);
+    EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty()) << p.plan.to_string();
+    const PointwiseGroup& g = *pointwise[0]->get<PointwiseGroup>();
+    EXPECT_EQ(g.inputs, (std::vector<ValueId>{mask, x}));  // no fill loaded
+    EXPECT_NE(pointwise[0]->spec.find(full ? "-inf" : "0"), std::string::npos)
+        << pointwise[0]->spec;
+  }
+  GraphBuilder b;
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId fill = node1(b, "aten::ones_like.default", {v(x)}, t, "ones");
+  ValueId twice = node1(b, "aten::mul.Tensor", {v(fill), Argument::of_float(2.0)}, t, "twice");
+  b.set_outputs({v(twice)});
+  Planned p = plan(b);
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  EXPECT_NE(all_whys(p).find("reads no tensor"), std::string::npos) << all_whys(p);
 }
 
 // Note [Sibling groups in one launch]: the per-head copies of a fused
