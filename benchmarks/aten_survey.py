@@ -148,7 +148,11 @@ def _capturing_backend(
 
     def planner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
         def compile_graph(gm: torch.fx.GraphModule, _inputs: list[Any]) -> Any:
-            plans.append(plan_graph(gm, kind, options))
+            placeholders = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+            if all(isinstance(v, torch.Tensor) for v in placeholders):
+                plans.append(plan_graph(gm, kind, options))
+            else:  # a size or scalar input: dynamic shapes, which the retrace does not take
+                plans.append(GraphPlan(f"{kind} (symbolic inputs, not planned)", {}, {}))
             return make_boxed_func(gm)
 
         return compile_graph

@@ -38,3 +38,11 @@ def test_a_failing_model_is_a_row(monkeypatch) -> None:  # type: ignore[no-untyp
     survey = aten_survey.survey_model("mlp", "inference")
     assert survey.error is not None and "no trace here" in survey.error
     assert aten_survey.main(["--models", "mlp"]) == 1
+
+
+def test_a_graph_with_symbolic_inputs_is_listed_unplanned() -> None:
+    plans: list[aten_survey.GraphPlan] = []
+    backend = aten_survey._capturing_backend(Options.from_user(None, {}), plans)
+    compiled = torch.compile(lambda x: x.relu() * 2, backend=backend, dynamic=True)
+    compiled(torch.randn(3, 4))
+    assert [p.kind for p in plans] == ["inference (symbolic inputs, not planned)"]
