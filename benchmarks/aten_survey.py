@@ -50,30 +50,6 @@ from mybackend.options import Options
 from mybackend.passes.driver import PassContext, run_passes
 from mybackend.passes.pipeline import PER_GRAPH
 
-# Ops that only re-describe memory: an ATen sequence of these launches nothing.
-VIEW_OPS = frozenset(
-    f"aten::{name}"
-    for name in (
-        "view.default",
-        "_unsafe_view.default",
-        "reshape.default",
-        "permute.default",
-        "expand.default",
-        "unsqueeze.default",
-        "squeeze.dim",
-        "squeeze.dims",
-        "select.int",
-        "slice.Tensor",
-        "t.default",
-        "transpose.int",
-        "alias.default",
-        "split.Tensor",
-        "split_with_sizes.default",
-        "unbind.int",
-        "as_strided.default",
-    )
-)
-
 
 @dataclass
 class GraphPlan:
@@ -128,14 +104,16 @@ def plan_graph(gm: torch.fx.GraphModule, kind: str, options: Options) -> GraphPl
     # same without it.
     core_options["group_floor"] = False
     report = _C.compile(lowered.graph, core_options, lowered.run_python_node).report()
-    ops = [n["op"] for n in report["nodes"]]
+    nodes = report["nodes"]
     groups: collections.Counter[str] = collections.Counter()
     aten: collections.Counter[str] = collections.Counter()
     for kernel in report["kernels"]:
-        names = [ops[n] for n in kernel["nodes"]]
         if kernel["kind"] == "aten_sequence":
-            aten.update(op for op in names if op not in VIEW_OPS)
-            if all(op in VIEW_OPS for op in names):
+            # Views (the capability registry's class) only re-describe
+            # memory: a sequence of them launches nothing.
+            launched = [nodes[n]["op"] for n in kernel["nodes"] if nodes[n]["op_class"] != "view"]
+            aten.update(launched)
+            if not launched:
                 continue
         groups[kernel["kind"]] += 1
     return GraphPlan(kind, dict(groups), dict(aten))

@@ -51,7 +51,6 @@ aten = torch.ops.aten
 class _Window:
     """A part scattered into zeros along ``dim`` at [start, end)."""
 
-    scatter: torch.fx.Node
     part: torch.fx.Node
     zeros: torch.fx.Node
     dim: int
@@ -112,16 +111,21 @@ def _window(node: object, like: torch.Tensor) -> _Window | None:
     ):
         return None
     assert isinstance(base, torch.fx.Node)
-    return _Window(node, part, base, dim, start, end)
+    return _Window(part, base, dim, start, end)
 
 
-def _leaves(root: torch.fx.Node, like: torch.Tensor) -> list[_Window] | None:
-    """The scatters summed by the add tree at ``root``, or None when the
-    tree has another kind of leaf (Note [Slice scatters into zeros])."""
+def _leaves(
+    root: torch.fx.Node, like: torch.Tensor
+) -> tuple[list[_Window], list[torch.fx.Node]] | None:
+    """The scatters summed by the add tree at ``root`` and the tree's nodes,
+    readers first (the order they can be erased in); None when the tree has
+    another kind of leaf (Note [Slice scatters into zeros])."""
     windows: list[_Window] = []
+    nodes: list[torch.fx.Node] = []
     stack = [root]
     while stack:
         node = stack.pop()
+        nodes.append(node)
         is_add = node.target is aten.add.Tensor and not node.kwargs and len(node.args) == 2
         if is_add and (node is root or len(node.users) == 1):
             if not all(isinstance(a, torch.fx.Node) for a in node.args):
@@ -132,18 +136,7 @@ def _leaves(root: torch.fx.Node, like: torch.Tensor) -> list[_Window] | None:
         if window is None or (node is not root and len(node.users) != 1):
             return None
         windows.append(window)
-    return windows
-
-
-def _tree(root: torch.fx.Node) -> list[torch.fx.Node]:
-    """The sum's nodes, readers first (the order they can be erased in)."""
-    dead, stack = [], [root]
-    while stack:
-        node = stack.pop()
-        dead.append(node)
-        if node.target is aten.add.Tensor:
-            stack.extend(a for a in node.args if isinstance(a, torch.fx.Node))
-    return dead
+    return windows, nodes
 
 
 def _rewrite(graph: torch.fx.Graph, root: torch.fx.Node) -> list[torch.fx.Node]:
@@ -152,8 +145,11 @@ def _rewrite(graph: torch.fx.Graph, root: torch.fx.Node) -> list[torch.fx.Node]:
     like = root.meta.get("val")
     if not isinstance(like, torch.Tensor) or like.layout != torch.strided:
         return []
-    windows = _leaves(root, like)
-    if not windows or len({w.dim for w in windows}) != 1:
+    tree = _leaves(root, like)
+    if tree is None:
+        return []
+    windows, erased = tree
+    if len({w.dim for w in windows}) != 1:
         return []
     windows.sort(key=lambda w: w.start)
     if any(a.end > b.start for a, b in itertools.pairwise(windows)):
@@ -188,7 +184,6 @@ def _rewrite(graph: torch.fx.Graph, root: torch.fx.Node) -> list[torch.fx.Node]:
         _erase_new(graph, result)
         return []
     root.replace_all_uses_with(result)
-    erased = _tree(root)
     for node in erased:
         graph.erase_node(node)
     for node in dict.fromkeys(w.zeros for w in windows):

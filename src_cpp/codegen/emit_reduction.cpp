@@ -407,9 +407,8 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     entries.push_back(e);
     src << "\n";
     open_entry(e);
-    src << "  mb::reduce_outer<" << reducer
-        << ", I, Load, Store, 1, 32>(load, store, static_cast<I>(outer), static_cast<I>(n), "
-           "static_cast<I>(inner));\n}\n";
+    src << "  mb::reduce_outer<" << reducer << ", I, Load, Store, 1, " << std::to_string(e.block_y)
+        << ">(load, store, static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner));\n}\n";
   }
   return EmittedKernel{src.str(), entries};
 }
