@@ -60,9 +60,40 @@ std::string prologue_spec(const Graph& graph, const std::vector<NodeId>& nodes, 
   return {};
 }
 
+namespace {
+
+// Note [Epilogue operands recomputed]: the producers of `taken`'s other
+// operands, of space `key`, read only by `members`; appended to `taken`.
+void take_operand_producers(const GraphIndex& index, const std::string& key,
+                            const std::function<bool(NodeId)>& available, std::set<NodeId>& members,
+                            std::vector<NodeId>& taken) {
+  const Graph& graph = index.graph;
+  std::priority_queue<NodeId> pending;  // highest id first: readers before producers
+  for (NodeId u : taken)
+    for (NodeId p : index.producers[static_cast<std::size_t>(u)]) pending.push(p);
+  std::size_t added = 0;
+  while (!pending.empty() && added < kMaxOperandProducers) {
+    const NodeId p = pending.top();
+    pending.pop();
+    if (!available(p) || members.count(p)) continue;
+    const Node& node = graph.node(p);
+    if (node.outputs.size() != 1 || !elementwise_of_space(graph, node, key)) continue;
+    if (index.used_outside(node.outputs[0], members)) continue;
+    std::set<NodeId> trial = members;
+    trial.insert(p);
+    if (!index.convex(trial)) continue;
+    members.swap(trial);
+    taken.push_back(p);
+    ++added;
+    for (NodeId q : index.producers[static_cast<std::size_t>(p)]) pending.push(q);
+  }
+}
+
+}  // namespace
+
 std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
                                          const std::function<bool(NodeId)>& available,
-                                         std::set<NodeId>& members) {
+                                         std::set<NodeId>& members, bool operand_producers) {
   const Graph& graph = index.graph;
   const std::string key = space_key(graph.value(value).tensor);
   std::priority_queue<NodeId, std::vector<NodeId>, std::greater<>> pending;
@@ -80,6 +111,8 @@ std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
     taken.push_back(u);
     for (NodeId next : index.users[static_cast<std::size_t>(u)]) pending.push(next);
   }
+  if (operand_producers && !taken.empty())
+    take_operand_producers(index, key, available, members, taken);
   std::sort(taken.begin(), taken.end());
   return taken;
 }

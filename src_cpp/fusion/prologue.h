@@ -34,11 +34,27 @@ std::vector<NodeId> elementwise_prologue(const GraphIndex& index, ValueId value,
 // The elementwise consumers of `value` with `value`'s space, walked
 // forwards from its readers (lowest node first), each taken only while
 // `members` (the group so far, which gains each node taken) stays convex:
-// what a kernel producing `value` can compute as its epilogue. Returns the
-// nodes taken, ascending.
+// what a kernel producing `value` can compute as its epilogue. With
+// `operand_producers`, also the producers of the epilogue's other operands
+// (Note [Epilogue operands recomputed]). Returns the nodes taken,
+// ascending.
 std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
                                          const std::function<bool(NodeId)>& available,
-                                         std::set<NodeId>& members);
+                                         std::set<NodeId>& members, bool operand_producers = false);
+
+// Note [Epilogue operands recomputed]
+// An RMS norm's backward scales the sum over each row by rsqrt(var + eps)
+// cubed: `pow(rstd, 3)` over the reduced space [B, S, 1], read only by the
+// sum's epilogue. Its reader joined the reduction's kernel, the pow itself
+// did not (the epilogue walk goes forwards from the sum), and alone it is a
+// launch of its own (an ATen kernel of a few microseconds and its host
+// work, one per norm and step: 5 in a two-layer Llama's backward, 12 in a
+// two-layer T5's). A reduction epilogue therefore also takes the
+// elementwise producers of its operands that have the epilogue's space and
+// whose results only the group reads, walked backwards from the epilogue
+// (at most kMaxOperandProducers, the group staying convex): the kernel
+// computes them per output element from their own inputs.
+constexpr std::size_t kMaxOperandProducers = 4;
 
 // The SSA of prologue `nodes` (ascending) over `value`'s space: one output,
 // `value` converted to `dtype` (it gives only the dtype: the kernel takes

@@ -71,7 +71,8 @@ struct Claimer {
     const std::vector<NodeId> prologue = elementwise_prologue(
         index, r.input, [this](NodeId p) { return free(p); }, members);
     const std::vector<NodeId> epilogue = elementwise_epilogue(
-        index, r.output, [this](NodeId p) { return free(p); }, members);
+        index, r.output, [this](NodeId p) { return free(p); }, members,
+        /*operand_producers=*/true);  // Note [Epilogue operands recomputed]
     const bool lone = prologue.empty() && epilogue.empty();
     std::string why;
     std::shared_ptr<const ReductionGroup> built =

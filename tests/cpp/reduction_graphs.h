@@ -45,6 +45,31 @@ void masked_by_a_fill(GraphBuilder& b, DType dtype) {
   b.set_outputs({v(y)});
 }
 
+// sum(x * 2, 1, keepdim) * f(rstd) over x [4, 8], f a chain of `chain`
+// elementwise ops over the reduced space [4, 1] (an RMS norm's backward:
+// pow(rstd, 3), then negations); with `read_elsewhere` f's last op is a
+// graph output too (Note [Epilogue operands recomputed]).
+void sum_times_reduced_operand(GraphBuilder& b, DType dtype, int chain, bool read_elsewhere) {
+  const TensorType t = tensor(dtype, {4, 8});
+  const TensorType r = tensor(dtype, {4, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId rstd = b.add_input(out(r, "rstd"));
+  ValueId m = node1(b, "aten::mul.Tensor", {v(x), Argument::of_float(2.0)}, t, "mul");
+  ValueId s = node1(b, "aten::sum.dim_IntList",
+                    {v(m), ints({1}), Argument::of_bool(true), Argument::none()}, r, "sum");
+  ValueId f = rstd;
+  for (int k = 0; k < chain; ++k) {
+    f = k == 0 ? node1(b, "aten::pow.Tensor_Scalar", {v(f), Argument::of_int(3)}, r, "pow")
+               : node1(b, "aten::neg.default", {v(f)}, r, "neg");
+  }
+  ValueId e = node1(b, "aten::mul.Tensor", {v(s), v(f)}, r, "epi");
+  if (read_elsewhere) {
+    b.set_outputs({v(e), v(f)});
+  } else {
+    b.set_outputs({v(e)});
+  }
+}
+
 // The RMS-norm chain F.rms_norm leaves (Note [RMS-norm chain]); with
 // `upcast`, x is converted to f32 first and the result back.
 void rms_norm_chain(GraphBuilder& b, DType dtype, bool upcast, bool keep_rstd) {

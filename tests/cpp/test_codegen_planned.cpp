@@ -50,6 +50,7 @@ TEST(CodegenPlanned, PlannedGroupsCompileToPtx) {
     graphs.push_back([d](GraphBuilder& b) {
       sum_with_prologue_and_epilogue(b, d, {8, 16}, {0, 1}, false);
     });
+    graphs.push_back([d](GraphBuilder& b) { sum_times_reduced_operand(b, d, 2, false); });
     graphs.push_back([d](GraphBuilder& b) { softmax(b, d, -1, false); });
     graphs.push_back([d](GraphBuilder& b) { softmax(b, d, 1, true); });
     graphs.push_back([d](GraphBuilder& b) { layer_norm(b, d); });

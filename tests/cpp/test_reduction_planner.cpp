@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "fusion/prologue.h"
 #include "fusion/reduction_planner.h"
 #include "reduction_graphs.h"
 
@@ -156,6 +157,43 @@ TEST(ReductionPlanner, EpilogueStaysConvex) {
   EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.op, ReduceOp::Var);
   EXPECT_EQ(groups[0]->get<ReductionGroup>()->spec.correction, 0.0);
   EXPECT_EQ(groups[0]->get<ReductionGroup>()->outputs, (std::vector<ValueId>{s}));
+}
+
+Planned epilogue_with_operand_producers(int chain, bool read_elsewhere) {
+  GraphBuilder b;
+  sum_times_reduced_operand(b, DType::Float32, chain, read_elsewhere);
+  return plan(b);
+}
+
+TEST(ReductionPlanner, EpilogueRecomputesItsOperandsProducers) {
+  // Note [Epilogue operands recomputed]: pow(rstd, 3) is computed in the
+  // reduction's kernel, not launched alone.
+  Planned p = epilogue_with_operand_producers(1, false);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2, 3}));
+  EXPECT_TRUE(p.groups(KernelKind::AtenSequence).empty()) << p.plan.to_string();
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+  const ReductionGroup& g = *groups[0]->get<ReductionGroup>();
+  EXPECT_EQ(g.outputs.size(), 1u);          // the pow's result is not stored
+  EXPECT_EQ(g.epilogue_inputs.size(), 2u);  // the sum, and rstd
+}
+
+TEST(ReductionPlanner, AnOperandProducerReadElsewhereStaysApart) {
+  Planned p = epilogue_with_operand_producers(1, true);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 3}));
+}
+
+TEST(ReductionPlanner, OperandProducersAreFew) {
+  // A chain of six: the kMaxOperandProducers nearest the epilogue join.
+  Planned p = epilogue_with_operand_producers(6, false);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes.size(), 3 + kMaxOperandProducers) << p.plan.to_string();
+  EXPECT_EQ(groups[0]->nodes.back(), 8);  // the epilogue's mul
+  EXPECT_EQ(groups[0]->nodes[2], 8 - static_cast<NodeId>(kMaxOperandProducers));
 }
 
 TEST(ReductionPlanner, ClaimedGroupsAreOneUnitForThePointwisePlanner) {
