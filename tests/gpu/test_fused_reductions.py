@@ -306,6 +306,27 @@ def test_epilogue_reads_another_tensor() -> None:
     _check(fn, _randn(16, 300), _randn(16), kind="reduction", tol=TOL_SUM[F32])
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_an_epilogue_recomputes_its_operands_producers(dtype: torch.dtype) -> None:
+    """Note [Epilogue operands recomputed]: an RMS norm backward's
+    pow(rstd, 3) over the reduced space runs in the row sums' kernel."""
+
+    def fn(x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+        return (x * x).sum(-1, keepdim=True) * rstd.pow(3) * -0.5
+
+    x, rstd = _randn(16, 300, dtype=dtype), _randn(16, 1, dtype=dtype).abs() + 0.5
+    compiled = _check(fn, x, rstd, kind="reduction", tol=TOL_SUM[dtype])
+    report = compiled.report()
+    ops = [n["op"] for n in report["nodes"]]
+    (reduction,) = [k for k in report["kernels"] if k["kind"] == "reduction"]
+    assert "aten::pow.Tensor_Scalar" in [ops[n] for n in reduction["nodes"]], report["kernels"]
+    assert all(
+        k["kind"] != "aten_sequence"
+        or "aten::pow.Tensor_Scalar" not in [ops[n] for n in k["nodes"]]
+        for k in report["kernels"]
+    )
+
+
 # ---- norms -----------------------------------------------------------------------------
 
 
