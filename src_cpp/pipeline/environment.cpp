@@ -22,6 +22,7 @@ CompileOptions options_from_environment(const char* (*env)(const char*)) {
   if (switched_off(env("MYBACKEND_GENERATED_KERNELS")))
     options.codegen.switched_off =
         "generated kernels are switched off by MYBACKEND_GENERATED_KERNELS";
+  options.view_replay = !switched_off(env("MYBACKEND_VIEW_REPLAY"));
   if (const char* target = env("MYBACKEND_NVRTC_TARGET"); target != nullptr)
     options.codegen.forced_target = target;
   return options;

@@ -33,6 +33,10 @@ struct CompileOptions : PlanningOptions {
   // and what keys their saved choices (Note [Group floor choices on disk]).
   bool group_floor = false;
   std::string group_floor_context;
+  // Views inside the graph made without the dispatcher from their second
+  // call (Note [Views replayed without the dispatcher] in
+  // runtime/view_replay.h); MYBACKEND_VIEW_REPLAY=0 turns it off.
+  bool view_replay = true;
 };
 
 // Everything a compile decides, kept for reports: the plan (decisions,

@@ -145,7 +145,7 @@ std::vector<int> mutated_inputs(const Graph& graph) {
   return positions;
 }
 
-AtenCall::AtenCall(const Graph& graph, const Node& node)
+AtenCall::AtenCall(const Graph& graph, const Node& node, bool replay_views)
     : node_(&node), op_(resolve_operator(node)), rng_state_(node, op_.schema()) {
   const auto& schema_args = op_.schema().arguments();
   MB_CHECK(node.args.size() <= schema_args.size(), "node ", node.name, " passes ", node.args.size(),
@@ -168,9 +168,14 @@ AtenCall::AtenCall(const Graph& graph, const Node& node)
       prepared.constant = argument_to_ivalue(node.args[i], prepared.type, ValueSlots{});
     }
   }
+  if (!replay_views) return;
+  std::vector<bool> constant_args;
+  for (const auto& prepared : arguments_) constant_args.push_back(prepared.is_constant);
+  view_replay_ = ViewReplay::for_node(graph, node, op_, constant_args);
 }
 
-void AtenCall::run(ValueSlots& slots) const {
+bool AtenCall::run(ValueSlots& slots) const {
+  if (view_replay_ && view_replay_->replay(slots)) return true;
   torch::jit::Stack stack;
   stack.reserve(arguments_.size());
   for (const auto& prepared : arguments_) {
@@ -181,6 +186,8 @@ void AtenCall::run(ValueSlots& slots) const {
   rng_state_.place_for_this_call(stack);
   op_.callBoxed(stack);
   store_outputs(*node_, stack, list_returns_, slots);
+  if (view_replay_) view_replay_->remember(slots);
+  return false;
 }
 
 }  // namespace mybackend

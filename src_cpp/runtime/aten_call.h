@@ -10,14 +10,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include <memory>
 #include <vector>
 
 #include "ir/graph.h"
 #include "runtime/rng_state.h"
+#include "runtime/view_replay.h"
 
 namespace mybackend {
-
-using ValueSlots = std::vector<c10::IValue>;  // indexed by ValueId
 
 // Builds the IValue for an IR argument against the schema's (boxed) type.
 c10::IValue argument_to_ivalue(const Argument& arg, const c10::TypePtr& type,
@@ -33,8 +33,12 @@ class AtenCall {
  public:
   // Throws Error naming the node when the operator is unknown to the
   // dispatcher or its arguments do not match the schema.
-  AtenCall(const Graph& graph, const Node& node);
-  void run(ValueSlots& slots) const;
+  // `replay_views`: views may be made without the dispatcher (Note [Views
+  // replayed without the dispatcher]).
+  AtenCall(const Graph& graph, const Node& node, bool replay_views = true);
+  // True when the call was a view made without the dispatcher (Note [Views
+  // replayed without the dispatcher] in view_replay.h).
+  bool run(ValueSlots& slots) const;
   const Node& node() const { return *node_; }
 
  private:
@@ -48,7 +52,8 @@ class AtenCall {
   c10::OperatorHandle op_;
   std::vector<PreparedArgument> arguments_;
   std::vector<bool> list_returns_;
-  RngStateArguments rng_state_;  // Note [RNG state follows the capture]
+  RngStateArguments rng_state_;              // Note [RNG state follows the capture]
+  std::unique_ptr<ViewReplay> view_replay_;  // null: not a view node
 };
 
 // Positions of the graph inputs that some ATen node writes to (its schema

@@ -100,8 +100,11 @@ std::string group_plan_text(const Graph& graph, const KernelGroup& group) {
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
                    const FusionPlan& fusion, PythonFallback python_fallback,
-                   CompileFutures compiles, const GroupFloorSettings& floor)
-    : graph_(std::move(graph)), binder_(*graph_), python_fallback_(std::move(python_fallback)) {
+                   CompileFutures compiles, const GroupFloorSettings& floor, bool replay_views)
+    : graph_(std::move(graph)),
+      replay_views_(replay_views),
+      binder_(*graph_),
+      python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
   prepare_engine_groups(fusion, compiles, floor);
@@ -176,7 +179,7 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
     }
     for (NodeId id : group.nodes) {
       step.calls.push_back(calls_.size());
-      calls_.emplace_back(*graph_, graph_->node(id));
+      calls_.emplace_back(*graph_, graph_->node(id), replay_views_);
     }
     steps_.push_back(std::move(step));
   }
@@ -189,7 +192,7 @@ void Executor::add_node_step(const Node& node) {
     case NodeKind::Aten:
       step.kind = StepKind::AtenNode;
       step.calls.push_back(calls_.size());
-      calls_.emplace_back(*graph_, node);
+      calls_.emplace_back(*graph_, node, replay_views_);
       break;
     case NodeKind::Builtin:
       MB_CHECK(is_known_builtin(node.op), "node ", node.name, " uses unknown builtin ", node.op);
@@ -280,12 +283,12 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
     case StepKind::KernelGroup:
       if (step.engine >= 0) {
         if (!run_engine_group(step, slots, bindings, planned)) {
-          for (std::size_t c : step.calls) calls_[c].run(slots);
+          for (std::size_t c : step.calls) run_call(c, slots);
         }
         finish_point(step.first_point, slots, planned);
       } else {
         for (std::size_t k = 0; k < step.calls.size(); ++k) {
-          calls_[step.calls[k]].run(slots);
+          run_call(step.calls[k], slots);
           finish_point(step.first_point + k, slots, planned);
         }
       }
@@ -294,7 +297,7 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
                                         std::memory_order_relaxed);
       return;
     case StepKind::AtenNode:
-      calls_[step.calls[0]].run(slots);
+      run_call(step.calls[0], slots);
       finish_point(step.first_point, slots, planned);
       counters_.aten.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -338,7 +341,7 @@ bool Executor::run_engine_group(const Step& step, ValueSlots& slots, const Symbo
   const std::optional<GroupTimes> times =
       time_against_aten([&] { return runner.run(slots, bindings, planned); },
                         [&] {
-                          for (std::size_t c : step.calls) calls_[c].run(slots);
+                          for (std::size_t c : step.calls) run_call(c, slots);
                         });
   if (!times) {
     group.floor->keep_engine(bindings);
@@ -348,6 +351,10 @@ bool Executor::run_engine_group(const Step& step, ValueSlots& slots, const Symbo
   group.floor->record(bindings, times->engine_us, times->aten_us);
   count_engine_run(runner, true);
   return true;  // the ATen form ran last: its outputs are in place
+}
+
+void Executor::run_call(std::size_t call, ValueSlots& slots) const {
+  if (calls_[call].run(slots)) counters_.views.fetch_add(1, std::memory_order_relaxed);
 }
 
 // After a point: what a new owner did not take is dropped, dead owners'
@@ -396,6 +403,7 @@ std::vector<std::pair<std::string, std::int64_t>> ExecutionStats::named() const 
   out.emplace_back("planned_outputs_taken", planned_outputs_taken);
   out.emplace_back("planned_outputs_missed", planned_outputs_missed);
   out.emplace_back("groups_run_as_faster_aten", groups_run_as_faster_aten);
+  out.emplace_back("views_replayed", views_replayed);
   return out;
 }
 
@@ -406,6 +414,7 @@ ExecutionStats Executor::stats() const {
   stats.nodes_run_in_partitions = counters_.in_partitions.load();
   stats.nodes_run_as_aten_fallback = counters_.aten.load();
   stats.groups_run_as_faster_aten = counters_.floored.load();
+  stats.views_replayed = counters_.views.load();
   stats.nodes_run_as_builtin = counters_.builtin.load();
   stats.nodes_run_in_python = counters_.python.load();
   for (std::size_t k = 0; k < kKernelKindCount; ++k) {

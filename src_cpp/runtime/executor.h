@@ -58,6 +58,9 @@ struct ExecutionStats {
   // Engine-group calls that ran the ATen form because it timed faster
   // (Note [A group is timed against its ATen form]).
   std::int64_t groups_run_as_faster_aten = 0;
+  // View nodes made without the dispatcher (Note [Views replayed without
+  // the dispatcher] in view_replay.h).
+  std::int64_t views_replayed = 0;
 
   // Every counter under its stats() key, in a fixed order.
   std::vector<std::pair<std::string, std::int64_t>> named() const;
@@ -81,9 +84,10 @@ class Executor {
   // `floor`: groups that allow it are timed against their ATen form, their
   // choices kept on disk (Note [A group is timed against its ATen form],
   // Note [Group floor choices on disk] in group_floor.h).
+  // `replay_views`: Note [Views replayed without the dispatcher] in view_replay.h.
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
            const FusionPlan& fusion, PythonFallback python_fallback, CompileFutures compiles = {},
-           const GroupFloorSettings& floor = {});
+           const GroupFloorSettings& floor = {}, bool replay_views = true);
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -116,13 +120,15 @@ class Executor {
   };
   struct Counters {
     std::atomic<std::int64_t> calls{0}, groups{0}, in_partitions{0}, aten{0}, builtin{0}, python{0},
-        floored{0};
+        floored{0}, views{0};
     std::array<std::atomic<std::int64_t>, kKernelKindCount> runs{}, fallbacks{};
   };
 
   void prepare_engine_groups(const FusionPlan& fusion, CompileFutures& compiles,
                              const GroupFloorSettings& floor);
   void count_engine_run(const GroupRunner& runner, bool ran) const;
+  // Runs calls_[call], counting a replayed view.
+  void run_call(std::size_t call, ValueSlots& slots) const;
   // Runs an engine group; false when its ATen calls must run instead.
   bool run_engine_group(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
                         PlannedOutputs& planned) const;
@@ -137,6 +143,7 @@ class Executor {
   void run_python(const Node& node, ValueSlots& slots) const;
 
   std::shared_ptr<const Graph> graph_;
+  bool replay_views_ = true;  // Note [Views replayed without the dispatcher]
   std::vector<AtenCall> calls_;
   std::vector<Step> steps_;
   // A group of the plan an engine runs (generated kernel or cuBLASLt call).

@@ -18,6 +18,7 @@ const char* a_b_run(const char* name) {
   if (n == "MYBACKEND_BN_MAX_LANES") return "64";
   if (n == "MYBACKEND_GENERATED_KERNELS") return "off";
   if (n == "MYBACKEND_NVRTC_TARGET") return "compute_80";
+  if (n == "MYBACKEND_VIEW_REPLAY") return "0";
   return nullptr;
 }
 
@@ -26,6 +27,7 @@ TEST(Environment, NothingSetIsTheDefaults) {
   EXPECT_EQ(options.fusion.tuning, LaunchTuning{});
   EXPECT_EQ(options.codegen.switched_off, "");
   EXPECT_EQ(options.codegen.forced_target, "");
+  EXPECT_TRUE(options.view_replay);
 }
 
 TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
@@ -35,6 +37,7 @@ TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
   EXPECT_EQ(options.fusion.tuning.norm_block, LaunchTuning{}.norm_block);
   EXPECT_NE(options.codegen.switched_off.find("MYBACKEND_GENERATED_KERNELS"), std::string::npos);
   EXPECT_EQ(options.codegen.forced_target, "compute_80");
+  EXPECT_FALSE(options.view_replay);
 }
 
 TEST(Environment, KnobsSetByNameCheckTheirValues) {

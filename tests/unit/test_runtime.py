@@ -108,3 +108,34 @@ def test_cuda_graphs_stay_off_for_cpu_graphs_and_say_why() -> None:
     assert "not on a CUDA device" in status or "built without CUDA" in status
     assert core.run([torch.ones(2)])[0].tolist() == [2.0, 2.0]
     assert core.stats()["cuda_graph_captures"] == 0
+
+
+def test_views_inside_the_graph_are_made_without_the_dispatcher_from_the_second_call() -> None:
+    # Note [Views replayed without the dispatcher]
+    def fn(x: torch.Tensor):  # type: ignore[no-untyped-def]
+        heads = x.view(2, 3, 4).permute(0, 2, 1)
+        first, second = heads.split(2, dim=1)
+        return (first * 2).sum(), second.exp()
+
+    core = _compile(fn, torch.randn(24))
+    replayed = []
+    for _ in range(3):
+        x = torch.randn(24)
+        for got, expected in zip(core.run([x]), fn(x), strict=True):
+            torch.testing.assert_close(got, expected)
+        replayed.append(core.stats()["views_replayed"])
+    assert replayed[0] == 0  # the first call is boxed and remembered
+    assert replayed[1] >= 3 and replayed[2] == 2 * replayed[1], replayed
+    # A base of another layout takes the boxed call again, with the right result.
+    x = torch.randn(48)[::2]
+    for got, expected in zip(core.run([x]), fn(x.contiguous()), strict=True):
+        torch.testing.assert_close(got, expected)
+
+
+def test_the_view_replay_kill_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYBACKEND_VIEW_REPLAY", "0")
+    core = _compile(lambda x: x.t() * 2, torch.randn(3, 4))
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(core.run([x])[0], x.t() * 2)
+    assert core.stats()["views_replayed"] == 0
