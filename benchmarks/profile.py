@@ -14,7 +14,8 @@ It also gives the host time per step: the median time from calling a step
 on an idle GPU to its return (launching, not waiting). A step whose host
 time exceeds its GPU time is bound by the host, and faster kernels will not
 show in its wall time. ``--host`` adds the CPU side's own table: the ops
-and mybackend's engine ranges (Note [Profiler ranges]) by self CPU time.
+and mybackend's engine ranges (Note [Profiler ranges]) by self CPU time;
+``--shapes`` splits its rows by the ops' input shapes.
 """
 
 from __future__ import annotations
@@ -55,27 +56,40 @@ def host_ms_per_step(step: Callable[[], None], steps: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def cpu_table(step: Callable[[], None], steps: int, top: int) -> str:
-    """CPU-side ops and ranges of ``steps`` steps, by self CPU time per step."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+def cpu_table(step: Callable[[], None], steps: int, top: int, shapes: bool = False) -> str:
+    """CPU-side ops and ranges of ``steps`` steps, by self CPU time per step;
+    with ``shapes``, one row per op and input shapes (which call of an op
+    costs what: a gather of the loss against a gather of an index)."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
         for _ in range(steps):
             step()
         _synchronize()
-    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    averages = prof.key_averages(group_by_input_shape=shapes)
+    events = sorted(averages, key=lambda e: -e.self_cpu_time_total)[:top]
     rows = [
         [
             e.key[:70],
             f"{e.self_cpu_time_total / steps:.0f}",
             f"{e.cpu_time_total / steps:.0f}",
             f"{e.count / steps:.0f}",
+            *([str(e.input_shapes)[:80]] if shapes else []),
         ]
         for e in events
     ]
     head = "CPU side (under the profiler, which slows it), per step:\n\n"
-    return head + markdown_table(("op or range", "self us", "total us", "calls"), rows)
+    columns = (
+        "op or range",
+        "self us",
+        "total us",
+        "calls",
+        *(("input shapes",) if shapes else ()),
+    )
+    return head + markdown_table(columns, rows)
 
 
-def kernel_table(backend: str, task: Task, steps: int, top: int, host: bool = False) -> str:
+def kernel_table(
+    backend: str, task: Task, steps: int, top: int, host: bool = False, shapes: bool = False
+) -> str:
     runner = task.runner(resolve(backend))
     runner.first()
     # As many as the benchmark rows warm up: fewer would profile mybackend's
@@ -106,7 +120,7 @@ def kernel_table(backend: str, task: Task, steps: int, top: int, host: bool = Fa
     )
     table = head + markdown_table(("kernel", "us/step", "calls/step", "share"), rows)
     if host:
-        table += "\n\n" + cpu_table(runner.step, min(steps, 3), top)
+        table += "\n\n" + cpu_table(runner.step, min(steps, 3), top, shapes)
     return table
 
 
@@ -119,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--host", action="store_true", help="add the CPU-side table per backend")
+    p.add_argument("--shapes", action="store_true", help="--host, its rows split by input shapes")
     p.add_argument("--out", type=Path, default=Path("bench_out/profile"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in args.backends.split(","):
             reset_dynamo()
             try:
-                table = kernel_table(backend, task, args.steps, args.top, args.host)
+                table = kernel_table(backend, task, args.steps, args.top, args.host, args.shapes)
             except Exception as exc:  # one failing backend must not end the run
                 table = f"### {backend}: failed ({type(exc).__name__}: {exc})"[:300]
             sections.append(f"## {model} {args.scenario} batch {args.batch}\n\n{table}\n")

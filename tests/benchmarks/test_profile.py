@@ -32,3 +32,14 @@ def test_benchmarks_warm_up_past_the_eager_floor() -> None:
 
     floor = FloorSettings()
     assert Settings().warmup > 1 + 2 * (floor.warmup + floor.samples)
+
+
+def test_cpu_table_splits_an_op_by_its_input_shapes() -> None:
+    small, large = torch.randn(8, 8), torch.randn(64, 64)
+    table = cpu_table(lambda: (small @ small, large @ large), 2, 10, shapes=True)
+    rows = [line for line in table.splitlines() if line.startswith("| aten::mm")]
+    assert len(rows) == 2, table
+    assert {row.split("|")[5].strip() for row in rows} == {
+        "[[8, 8], [8, 8]]",
+        "[[64, 64], [64, 64]]",
+    }
