@@ -169,9 +169,10 @@ AtenCall::AtenCall(const Graph& graph, const Node& node, bool replay_views)
     }
   }
   if (!replay_views) return;
-  std::vector<bool> constant_args;
-  for (const auto& prepared : arguments_) constant_args.push_back(prepared.is_constant);
-  view_replay_ = ViewReplay::for_node(graph, node, op_, constant_args);
+  std::vector<const Argument*> variable_args;
+  for (const auto& prepared : arguments_)
+    variable_args.push_back(prepared.is_constant ? nullptr : prepared.argument);
+  view_replay_ = ViewReplay::for_node(graph, node, op_, variable_args);
 }
 
 bool AtenCall::run(ValueSlots& slots) const {

@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
 #include <typeinfo>
 
 namespace mybackend {
@@ -28,6 +29,11 @@ bool plain_base(const at::Tensor& t) {
   return !(at::GradMode::is_enabled() && t.requires_grad());
 }
 
+// An integer value of the graph (a symbolic size).
+bool integer_value(const Graph& graph, const Argument& arg) {
+  return arg.kind == Argument::Kind::Value && graph.value(arg.value).kind == ValueKind::Int;
+}
+
 const at::Tensor* slot_tensor(const ValueSlots& slots, ValueId value) {
   const c10::IValue& v = slots[static_cast<std::size_t>(value)];
   return v.isTensor() ? &v.toTensor() : nullptr;
@@ -35,9 +41,9 @@ const at::Tensor* slot_tensor(const ValueSlots& slots, ValueId value) {
 
 }  // namespace
 
-std::unique_ptr<ViewReplay> ViewReplay::for_node(const Graph& graph, const Node& node,
-                                                 const c10::OperatorHandle& op,
-                                                 const std::vector<bool>& constant_args) {
+std::unique_ptr<ViewReplay> ViewReplay::for_node(
+    const Graph& graph, const Node& node, const c10::OperatorHandle& op,
+    const std::vector<const Argument*>& variable_args) {
   const c10::FunctionSchema& schema = op.schema();
   if (node.outputs.empty() || node.args.empty() || schema.arguments().empty()) return nullptr;
   if (node.args[0].kind != Argument::Kind::Value) return nullptr;
@@ -47,23 +53,68 @@ std::unique_ptr<ViewReplay> ViewReplay::for_node(const Graph& graph, const Node&
     for (const c10::Argument& ret : schema.returns())
       if (!reads_without_writing(ret.alias_info())) return nullptr;
   }
-  for (std::size_t i = 1; i < constant_args.size(); ++i)
-    if (!constant_args[i]) return nullptr;
+  std::vector<const Argument*> integers;
+  for (std::size_t i = 1; i < variable_args.size(); ++i) {
+    const Argument* arg = variable_args[i];
+    if (arg == nullptr) continue;
+    const bool integer = integer_value(graph, *arg) ||
+                         (arg->kind == Argument::Kind::List &&
+                          std::all_of(arg->items.begin(), arg->items.end(), [&](const Argument& a) {
+                            return a.kind == Argument::Kind::Int || integer_value(graph, a);
+                          }));
+    if (!integer) return nullptr;
+    integers.push_back(arg);
+  }
   for (ValueId out : node.outputs)
     if (graph.value(out).kind != ValueKind::Tensor || is_graph_output(graph, out)) return nullptr;
-  return std::unique_ptr<ViewReplay>(new ViewReplay(node, node.args[0].value));
+  return std::unique_ptr<ViewReplay>(new ViewReplay(node, node.args[0].value, std::move(integers)));
+}
+
+bool ViewReplay::integers_of(const ValueSlots& slots, std::vector<std::int64_t>& out) const {
+  out.clear();
+  auto add = [&](const Argument& a) {
+    if (a.kind == Argument::Kind::Int) {
+      out.push_back(a.i);
+      return true;
+    }
+    const c10::IValue& v = slots[static_cast<std::size_t>(a.value)];
+    if (!v.isInt()) return false;
+    out.push_back(v.toInt());
+    return true;
+  };
+  for (const Argument* arg : integer_args_) {
+    if (arg->kind != Argument::Kind::List) {
+      if (!add(*arg)) return false;
+      continue;
+    }
+    out.push_back(static_cast<std::int64_t>(arg->items.size()));
+    for (const Argument& item : arg->items)
+      if (!add(item)) return false;
+  }
+  return true;
+}
+
+const ViewReplay::Recipe* ViewReplay::find(const at::Tensor& base,
+                                           const std::vector<std::int64_t>& integers) const {
+  for (const Recipe& r : recipes_) {
+    if (r.dtype == base.scalar_type() && r.base.offset == base.storage_offset() &&
+        base.sizes() == r.base.sizes && base.strides() == r.base.strides && r.integers == integers)
+      return &r;
+  }
+  return nullptr;
 }
 
 bool ViewReplay::replay(ValueSlots& slots) const {
-  if (state_.load(std::memory_order_acquire) != kReady) return false;
   const at::Tensor* base = slot_tensor(slots, base_);
-  if (base == nullptr || !plain_base(*base) || base->scalar_type() != dtype_ ||
-      base->storage_offset() != base_layout_.offset || base->sizes() != base_layout_.sizes ||
-      base->strides() != base_layout_.strides)
-    return false;
+  if (base == nullptr || !plain_base(*base)) return false;
+  std::vector<std::int64_t> integers;
+  if (!integer_args_.empty() && !integers_of(slots, integers)) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Recipe* recipe = find(*base, integers);
+  if (recipe == nullptr) return false;
   c10::TensorImpl* base_impl = base->unsafeGetTensorImpl();
-  for (std::size_t k = 0; k < results_.size(); ++k) {
-    const Layout& r = results_[k];
+  for (std::size_t k = 0; k < recipe->results.size(); ++k) {
+    const Layout& r = recipe->results[k];
     at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
         c10::TensorImpl::VIEW, c10::Storage(base->storage()), base->key_set(), base->dtype());
     c10::TensorImpl* impl = view.unsafeGetTensorImpl();
@@ -75,15 +126,16 @@ bool ViewReplay::replay(ValueSlots& slots) const {
 }
 
 void ViewReplay::remember(const ValueSlots& slots) {
-  if (state_.load(std::memory_order_acquire) != kUnknown) return;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (state_.load(std::memory_order_relaxed) != kUnknown) return;
   const at::Tensor* base = slot_tensor(slots, base_);
   if (base == nullptr || !plain_base(*base)) return;  // perhaps on a later call
+  std::vector<std::int64_t> integers;
+  if (!integer_args_.empty() && !integers_of(slots, integers)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (never_ || find(*base, integers) != nullptr) return;
   auto layout_of = [](const at::Tensor& t) {
     return Layout{t.sizes().vec(), t.strides().vec(), t.storage_offset()};
   };
-  std::vector<Layout> results;
+  Recipe recipe{layout_of(*base), base->scalar_type(), std::move(integers), {}};
   for (ValueId out : node_->outputs) {
     const at::Tensor* t = slot_tensor(slots, out);
     const bool view =
@@ -92,15 +144,18 @@ void ViewReplay::remember(const ValueSlots& slots) {
         t->scalar_type() == base->scalar_type() && t->key_set() == base->key_set() &&
         typeid(*t->unsafeGetTensorImpl()) == typeid(c10::TensorImpl);
     if (!view) {
-      state_.store(kNever, std::memory_order_release);
+      never_ = true;
+      recipes_.clear();
       return;
     }
-    results.push_back(layout_of(*t));
+    recipe.results.push_back(layout_of(*t));
   }
-  base_layout_ = layout_of(*base);
-  dtype_ = base->scalar_type();
-  results_ = std::move(results);
-  state_.store(kReady, std::memory_order_release);
+  if (recipes_.size() < kMaxRecipes) {
+    recipes_.push_back(std::move(recipe));
+    return;
+  }
+  recipes_[next_] = std::move(recipe);
+  next_ = (next_ + 1) % kMaxRecipes;
 }
 
 }  // namespace mybackend

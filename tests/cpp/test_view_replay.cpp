@@ -37,7 +37,7 @@ Argument ints(std::vector<std::int64_t> values) {
   return Argument::of_list(std::move(items));
 }
 
-// x [2, 3, 4] -> `op`(x, args...) -> views, each read by an add whose
+// x [2, 3, 4] (or `in_sizes`) -> `op`(x, args...) -> views, each read by an add whose
 // result is a graph output (the views stay inside the graph).
 struct ViewGraph {
   Graph graph;
@@ -46,10 +46,11 @@ struct ViewGraph {
 };
 
 ViewGraph view_graph(const std::string& op, std::vector<Argument> args,
-                     std::vector<std::vector<std::int64_t>> out_sizes) {
+                     std::vector<std::vector<std::int64_t>> out_sizes,
+                     std::vector<std::int64_t> in_sizes = {2, 3, 4}) {
   GraphBuilder b;
   ViewGraph g;
-  g.input = b.add_input(tensor_spec({2, 3, 4}));
+  g.input = b.add_input(tensor_spec(std::move(in_sizes)));
   args.insert(args.begin(), Argument::of_value(g.input));
   std::vector<GraphBuilder::OutputSpec> specs;
   for (const auto& sizes : out_sizes) specs.push_back(tensor_spec(sizes));
@@ -142,6 +143,60 @@ TEST(ViewReplay, UnsafeViewIsReplayed) {
   const AtenCall call(g.graph, g.graph.node(g.view));
   const at::Tensor x = at::randn({2, 3, 4});
   expect_same_view(output(second_call(g, call, x), g.graph, g.view), x.view({6, 4}));
+}
+
+// A dynamic-shape graph's view takes a symbolic size from its slots: the
+// size is matched beside the base's layout.
+TEST(ViewReplay, ASymbolicSizeIsMatchedToo) {
+  GraphBuilder b;
+  const ValueId x_id = b.add_input(tensor_spec({6, 4}));
+  const ValueId s_id = b.add_input({ValueKind::Int, {}, std::nullopt, "s"});
+  const ValueId v =
+      b.add_node(NodeKind::Aten, "aten::view.default",
+                 {Argument::of_value(x_id),
+                  Argument::of_list({Argument::of_value(s_id), Argument::of_int(-1)})},
+                 {tensor_spec({6, 4})}, "view")[0];
+  const ValueId doubled =
+      b.add_node(NodeKind::Aten, "aten::add.Tensor", {Argument::of_value(v), Argument::of_value(v)},
+                 {tensor_spec({6, 4})}, "add")[0];
+  b.set_outputs({Argument::of_value(doubled)});
+  const Graph graph = b.build();
+  const AtenCall call(graph, graph.node(graph.value(v).producer));
+  const at::Tensor x = at::randn({24});
+  auto run = [&](std::int64_t rows, bool replayed) {
+    ValueSlots slots(graph.values().size());
+    slots[static_cast<std::size_t>(x_id)] = x;
+    slots[static_cast<std::size_t>(s_id)] = rows;
+    EXPECT_EQ(call.run(slots), replayed) << rows;
+    expect_same_view(slots[static_cast<std::size_t>(v)].toTensor(), x.view({rows, -1}));
+  };
+  run(6, false);
+  run(6, true);
+  run(4, false);  // the same base, another size
+  run(4, true);
+  run(6, true);
+}
+
+// Each layout a node meets is kept, up to kMaxRecipes; then the oldest goes.
+TEST(ViewReplay, TheLastFewLayoutsAreKept) {
+  const ViewGraph g = view_graph("aten::t.default", {}, {{4, 3}}, {3, 4});
+  const AtenCall call(g.graph, g.graph.node(g.view));
+  const at::Tensor storage = at::randn({64});
+  // Bases of one shape at different offsets: one layout each.
+  auto base = [&](std::int64_t k) { return storage.narrow(0, k, 12).view({3, 4}); };
+  auto run = [&](std::int64_t k) {
+    ValueSlots slots = slots_with(g.graph, g.input, base(k));
+    const bool replayed = call.run(slots);
+    expect_same_view(output(slots, g.graph, g.view), base(k).t());
+    return replayed;
+  };
+  const auto kept = static_cast<std::int64_t>(ViewReplay::kMaxRecipes);
+  for (std::int64_t k = 0; k < kept; ++k) EXPECT_FALSE(run(k));
+  for (std::int64_t k = 0; k < kept; ++k) EXPECT_TRUE(run(k));
+  EXPECT_FALSE(run(kept));  // a new layout, kept in place of the oldest
+  EXPECT_TRUE(run(kept));
+  EXPECT_FALSE(run(0));
+  EXPECT_TRUE(run(kept - 1));
 }
 
 // reshape copies a base it cannot view: what it made was no view, so the

@@ -139,3 +139,19 @@ def test_the_view_replay_kill_switch(monkeypatch: pytest.MonkeyPatch) -> None:
         x = torch.randn(3, 4)
         torch.testing.assert_close(core.run([x])[0], x.t() * 2)
     assert core.stats()["views_replayed"] == 0
+
+
+def test_views_of_a_dynamic_shape_graph_are_replayed_per_size() -> None:
+    # Note [Views replayed without the dispatcher]: symbolic sizes are matched too.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0] // 4, 4).t() * 2
+
+    core = _compile(fn, torch.randn(24), mode="symbolic")
+    counts = []
+    for n in (24, 24, 40, 40, 24):
+        x = torch.randn(n)
+        torch.testing.assert_close(core.run([x])[0], fn(x))
+        counts.append(core.stats()["views_replayed"])
+    steps = [b - a for a, b in zip([0, *counts[:-1]], counts, strict=True)]
+    assert steps[0] == 0 and steps[2] == 0, steps  # a size's first call is boxed
+    assert steps[1] == steps[3] == steps[4] > 0, steps
