@@ -7,8 +7,11 @@ Mechanisms are judged on the whole zoo, and GPU time is scarce: this
 answers "which ops does mybackend still hand to ATen, in which models"
 without a GPU. Each model's workload (its tiny variant unless ``--full``;
 fp32; the harness's inputs and, for training, its loss) runs once on the
-CPU under a backend that keeps aot_autograd's graphs (mybackend's
-decomposition table, the min-cut partition). Each graph is then retraced
+CPU through mybackend's own path to the ATen graphs, with the rewrites that
+only CUDA graphs take opened to it (Note [A CUDA compile on the CPU] in
+benchmarks/cuda_simulation.py: CUDA's decompositions, the fused
+cross-entropy, the joint graph's layout plan and padding, the min-cut
+partition), and the graphs run eagerly. Each graph is then retraced
 with fake CUDA tensors of the same sizes and strides, rewritten by the
 per-graph passes and planned by the C++ core, as the GPU machine plans it.
 Reported per model: the kernel groups of each graph by kind, and the ops
@@ -32,19 +35,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
-from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
-from torch._functorch.aot_autograd import aot_module_simplified
+from functorch.compile import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import mybackend.aot as aot
 from benchmarks.backends import Backend
+from benchmarks.cuda_simulation import as_cuda
 from benchmarks.models import ALL_MODELS, select_models
 from benchmarks.report import markdown_table
 from benchmarks.scenarios import Task, Workload
 from mybackend import _C
-from mybackend.decompositions import decomposition_table
 from mybackend.lowering import lower
 from mybackend.options import Options
 from mybackend.passes.driver import PassContext, run_passes
@@ -122,29 +126,25 @@ def plan_graph(gm: torch.fx.GraphModule, kind: str, options: Options) -> GraphPl
 def _capturing_backend(
     options: Options, plans: list[GraphPlan]
 ) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
-    """A torch.compile backend that plans each aot graph and runs it eagerly."""
+    """A torch.compile backend that runs mybackend's path to the ATen graphs
+    (the passes before aot_autograd, the decompositions, the joint graph's
+    passes and partition) and plans each graph instead of compiling it; the
+    graphs then run eagerly. Inside ``as_cuda()`` (Note [A CUDA compile on the
+    CPU]) that path is a CUDA compile's."""
 
-    def planner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
-        def compile_graph(gm: torch.fx.GraphModule, _inputs: list[Any]) -> Any:
-            placeholders = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
-            if all(isinstance(v, torch.Tensor) for v in placeholders):
-                plans.append(plan_graph(gm, kind, options))
-            else:  # a size or scalar input: dynamic shapes, which the retrace does not take
-                plans.append(GraphPlan(f"{kind} (symbolic inputs, not planned)", {}, {}))
-            return make_boxed_func(gm)
-
-        return compile_graph
+    def plan_instead(
+        gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str, **_: Any
+    ) -> Any:
+        placeholders = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+        if all(isinstance(v, torch.Tensor) for v in placeholders):
+            plans.append(plan_graph(gm, kind, options))
+        else:  # a size or scalar input: dynamic shapes, which the retrace does not take
+            plans.append(GraphPlan(f"{kind} (symbolic inputs, not planned)", {}, {}))
+        return make_boxed_func(gm)
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        return aot_module_simplified(
-            gm,
-            example_inputs,
-            fw_compiler=planner("forward"),
-            bw_compiler=planner("backward"),
-            inference_compiler=planner("inference"),
-            decompositions=decomposition_table(),
-            partition_fn=min_cut_rematerialization_partition,
-        )
+        with mock.patch.object(aot, "compile_aten_graph", plan_instead):
+            return aot.compile_with_aot(gm, example_inputs, options)
 
     return backend
 
@@ -163,7 +163,8 @@ def survey_model(
     torch._dynamo.reset()
     try:
         task = Task(Workload(model, scenario, batch, tiny=not full), references=False)
-        task.runner(backend).first()
+        with as_cuda():
+            task.runner(backend).first()
     except Exception as error:  # a model the survey cannot trace is a row, not a crash
         cause: BaseException = getattr(error, "inner_exception", None) or error
         while cause.__cause__ is not None:

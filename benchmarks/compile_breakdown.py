@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import NamedTuple
-from unittest import mock
 
 import torch
 
 from benchmarks.backends import Backend, resolve
 from benchmarks.common import reset_dynamo, time_once
+from benchmarks.cuda_simulation import as_cuda
 from benchmarks.scenarios import Task, Workload
 from mybackend import _C, compile_times
 from mybackend.aot import JOINT_PASSES
@@ -86,38 +84,6 @@ def split_joint_passes(stages: dict[str, float], joint: float) -> dict[str, floa
         else:
             split[name] = seconds
     return split
-
-
-@contextlib.contextmanager
-def as_cuda() -> Iterator[None]:
-    """CPU graphs traced and rewritten as CUDA graphs are (``--as-cuda``)."""
-    import mybackend.aot as aot
-    import mybackend.ops.batch_norm as batch_norm
-    from mybackend.decompositions import decomposition_table
-    from mybackend.passes import layout, matmul_padding, pipeline
-
-    devices = ("cpu", "cuda")
-    with contextlib.ExitStack() as patches:
-        for module, name, value in (
-            (
-                aot,
-                "decomposition_table",
-                lambda *args, **kwargs: decomposition_table(),
-            ),  # CUDA's table
-            (batch_norm, "REWRITTEN_DEVICES", devices),
-            (
-                pipeline,
-                "plan_channels_last",
-                functools.partial(layout.plan_channels_last, device_types=devices),
-            ),
-            (
-                pipeline,
-                "pad_matmuls",
-                functools.partial(matmul_padding.pad_matmuls, device_types=devices),
-            ),
-        ):
-            patches.enter_context(mock.patch.object(module, name, value))
-        yield
 
 
 def median(runs: list[Measured]) -> Measured:

@@ -46,3 +46,15 @@ def test_a_graph_with_symbolic_inputs_is_listed_unplanned() -> None:
     compiled = torch.compile(lambda x: x.relu() * 2, backend=backend, dynamic=True)
     compiled(torch.randn(3, 4))
     assert [p.kind for p in plans] == ["inference (symbolic inputs, not planned)"]
+
+
+def test_the_survey_takes_the_rewrites_only_cuda_graphs_take() -> None:
+    # Note [A CUDA compile on the CPU]: the cross-entropy loss and the training
+    # batch norms are mybackend's fused ops, as on the GPU machine, not ATen's.
+    survey = aten_survey.survey_model("resnet18", "training")
+    assert survey.error is None
+    ops = {op.split(": ", 1)[1] for op in survey.aten_ops()}
+    assert "aten::gather.default" not in ops  # the loss's pick of the target logit
+    assert not any("batch_norm" in op for op in ops), ops
+    forward = next(g for g in survey.graphs if g.kind == "forward")
+    assert forward.groups.get("norm", 0) > 0

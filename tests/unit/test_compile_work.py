@@ -25,7 +25,7 @@ import mybackend.aot
 import mybackend.lowering
 import mybackend.passes.layout
 import mybackend.passes.matmul_padding
-from benchmarks import compile_breakdown
+from benchmarks import compile_breakdown, cuda_simulation
 from mybackend import compile_times
 from mybackend.decompositions import decomposition_table
 from mybackend.lowering.graph_modules import recompile_lazily
@@ -272,18 +272,23 @@ def test_the_breakdown_shows_the_joint_passes_apart_from_the_partitioner() -> No
 
 
 def test_as_cuda_traces_cpu_graphs_as_cuda_graphs_and_restores_the_cpu_path() -> None:
+    # Note [A CUDA compile on the CPU]
     import mybackend.ops.batch_norm as batch_norm
+    import mybackend.ops.cross_entropy as cross_entropy
+    import mybackend.ops.interpolate as interpolate
 
-    patched = ((mybackend.aot, "decomposition_table"), (batch_norm, "REWRITTEN_DEVICES"))
+    gates = [(m, "REWRITTEN_DEVICES") for m in (batch_norm, cross_entropy, interpolate)]
+    patched = ((mybackend.aot, "decomposition_table"), *gates)
     rewrites = ((pipeline, "plan_channels_last"), (pipeline, "pad_matmuls"))
 
     def state() -> list[Any]:
         return [vars(module)[name] for module, name in (*patched, *rewrites)]
 
     saved = state()
-    with compile_breakdown.as_cuda():
-        table, devices, *partials = state()
+    with cuda_simulation.as_cuda():
+        table, *rest = state()
+        devices, partials = rest[: len(gates)], rest[len(gates) :]
         assert table([torch.randn(2)]) is decomposition_table()  # not the CPU table
-        assert "cpu" in devices
+        assert all("cpu" in d for d in devices)
         assert all("cpu" in rewrite.keywords["device_types"] for rewrite in partials)
     assert state() == saved
