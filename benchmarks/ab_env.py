@@ -8,8 +8,9 @@ MYBACKEND_VIEW_REPLAY and MYBACKEND_GENERATED_KERNELS, launch tuning such
 as MYBACKEND_PW_BLOCK) are read at each compile, so one process can compile
 a model once per setting and time each in turn: the settings alternate for
 ``--rounds`` rounds (on, off, on, off ...), each a fresh compile of the same
-model, warmed up as the benchmark rows are, then timed as blocks of
-back-to-back steps with one synchronization per block. Same process, same
+model, warmed up as the benchmark rows are, then timed as the rows time
+(``benchmarks.common.time_block``: blocks of back-to-back steps, CUDA
+events around each block). Same process, same
 GPU, same inputs: differences between machines and processes, which move a
 default-mode training row by more than a host-side change does, cancel.
 Prints, per setting and round, the median step time of ``--blocks`` blocks,
@@ -22,14 +23,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
 from benchmarks.backends import resolve
-from benchmarks.common import free_memory, reset_dynamo
+from benchmarks.common import free_memory, reset_dynamo, time_block
 from benchmarks.models import get_model
 from benchmarks.report import markdown_table
 from benchmarks.runner import Settings
@@ -50,18 +50,6 @@ def environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = before
 
 
-def block_ms(step: Callable[[], None], steps: int, device: torch.device) -> float:
-    """Milliseconds per step of ``steps`` back-to-back steps."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return 1e3 * (time.perf_counter() - start) / steps
-
-
 def time_setting(task: Task, backend: str, name: str, value: str, steps: int, blocks: int) -> float:
     """The median block of one fresh compile under ``name=value``."""
     reset_dynamo()
@@ -71,7 +59,7 @@ def time_setting(task: Task, backend: str, name: str, value: str, steps: int, bl
         runner.first()
         for _ in range(Settings().warmup):
             runner.step()
-        return statistics.median(block_ms(runner.step, steps, task.device) for _ in range(blocks))
+        return statistics.median(time_block(runner.step, task.device, steps) for _ in range(blocks))
 
 
 def parse_env(text: str) -> tuple[str, list[str]]:

@@ -52,6 +52,7 @@ from mybackend import _C
 from mybackend.lowering import lower
 from mybackend.options import Options
 from mybackend.passes.driver import PassContext, run_passes
+from mybackend.passes.layout import placeholder_values
 from mybackend.passes.pipeline import PER_GRAPH
 
 
@@ -87,7 +88,7 @@ def on_fake_cuda(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.kwargs.get("device") in (cpu, "cpu"):
             node.kwargs = {**node.kwargs, "device": torch.device("cuda")}
     gm.recompile()
-    examples = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    examples = placeholder_values(gm)
     with FakeTensorMode(allow_non_fake_inputs=True):
         args = [
             torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device="cuda") for e in examples
@@ -98,8 +99,7 @@ def on_fake_cuda(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 def plan_graph(gm: torch.fx.GraphModule, kind: str, options: Options) -> GraphPlan:
     """``gm`` (an aot graph traced on the CPU) as mybackend plans it for CUDA."""
     cuda = on_fake_cuda(gm)
-    values = [n.meta["val"] for n in cuda.graph.find_nodes(op="placeholder")]
-    ctx = PassContext(cuda, values, kind, f"survey.{kind}", options)
+    ctx = PassContext(cuda, placeholder_values(cuda), kind, f"survey.{kind}", options)
     run_passes(PER_GRAPH, ctx)
     lowered = lower(ctx.gm, ctx.inputs())
     core_options = options.core_options(ctx.static_inputs)
@@ -135,8 +135,7 @@ def _capturing_backend(
     def plan_instead(
         gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str, **_: Any
     ) -> Any:
-        placeholders = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
-        if all(isinstance(v, torch.Tensor) for v in placeholders):
+        if all(isinstance(v, torch.Tensor) for v in placeholder_values(gm)):
             plans.append(plan_graph(gm, kind, options))
         else:  # a size or scalar input: dynamic shapes, which the retrace does not take
             plans.append(GraphPlan(f"{kind} (symbolic inputs, not planned)", {}, {}))

@@ -71,7 +71,7 @@ def time_once(fn: Callable[[], Any], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _time_block(fn: Callable[[], Any], device: torch.device, iters: int) -> float:
+def time_block(fn: Callable[[], Any], device: torch.device, iters: int) -> float:
     """Milliseconds per call over one block of ``iters`` back-to-back calls."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -108,7 +108,7 @@ def time_calls(
         fn()
     one = max(time_once(fn, device) * 1e3, 1e-3)
     iters = max(1, min(max_iters, round(target_ms / one)))
-    samples = [_time_block(fn, device, iters) for _ in range(max(1, repeats))]
+    samples = [time_block(fn, device, iters) for _ in range(max(1, repeats))]
     return Timing(
         median_ms=statistics.median(samples),
         p25_ms=quantile(samples, 0.25),
