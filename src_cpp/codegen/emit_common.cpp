@@ -214,6 +214,7 @@ std::string instr_expr(const PointwiseSpec& spec, const PwInstr& in,
   switch (in.op) {
     case PwOp::Load: return "x" + std::to_string(in.index);
     case PwOp::Scalar: return "s" + std::to_string(in.index);
+    case PwOp::Coord: return "c" + std::to_string(in.index);
     case PwOp::Neg: return wrapped(in.dtype, "-" + a[0]);
     case PwOp::LogicalAnd: return "((" + a[0] + " != 0) && (" + a[1] + " != 0))";
     case PwOp::LogicalOr: return "((" + a[0] + " != 0) || (" + a[1] + " != 0))";
@@ -315,6 +316,7 @@ std::string body_function(const PointwiseSpec& spec, std::string_view name) {
     out << sep << "const " << compute_type(spec.scalars[k].dtype) << " s" << std::to_string(k);
     sep = ", ";
   }
+  for (int a = 0; a < spec.coords; ++a, sep = ", ") out << sep << "const long long c" << a;
   for (std::size_t k = 0; k < spec.outputs.size(); ++k, sep = ", ") {
     out << sep << compute_type(spec.outputs[k].tensor.dtype) << "& y" << std::to_string(k);
   }
@@ -391,7 +393,8 @@ std::string dense_held_members(const PointwiseSpec& spec, const std::string& ptr
 
 std::string body_call_args(const PointwiseSpec& spec, const std::string& in_prefix,
                            const std::string& in_suffix, const std::string& scalar_prefix,
-                           const std::string& out_prefix, const std::string& out_suffix) {
+                           const std::string& out_prefix, const std::string& out_suffix,
+                           const std::string& coord_suffix) {
   std::string out;
   auto add = [&out](const std::string& item) { out += (out.empty() ? "" : ", ") + item; };
   for (std::size_t k = 0; k < spec.inputs.size(); ++k)
@@ -399,6 +402,7 @@ std::string body_call_args(const PointwiseSpec& spec, const std::string& in_pref
   for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
     if (spec.scalars[k].is_argument) add(scalar_prefix + std::to_string(k));
   }
+  for (int a = 0; a < spec.coords; ++a) add("c" + std::to_string(a) + coord_suffix);
   for (std::size_t k = 0; k < spec.outputs.size(); ++k)
     add(out_prefix + std::to_string(k) + out_suffix);
   return out;
@@ -420,9 +424,10 @@ std::string scalar_locals(const PointwiseSpec& spec, const std::string& arg_pref
 
 std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
                             const std::string& shape, const std::string& linear,
-                            const std::string& indent, const std::string& divisors) {
+                            const std::string& indent, const std::string& divisors, int coords) {
   std::ostringstream out;
   for (const auto& t : tensors) out << indent << "I " << t.offset_var << " = 0;\n";
+  for (int a = 0; a < coords; ++a) out << indent << "I c" << a << " = 0;\n";
   bool any_dims = false;
   for (const auto& t : tensors) any_dims = any_dims || t.rank > 0;
   if (!any_dims) return out.str();
@@ -440,6 +445,8 @@ std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
                                  indent + "      const I q = mb::fast_div(rem, " + divisors +
                                  ".d[d]);\n" + indent + "      coord = rem - q * size;\n" + indent +
                                  "      rem = q;\n" + indent + "    }\n");
+  for (int a = 0; a < coords; ++a)  // Note [Concatenations in pointwise kernels]
+    out << indent << "    if (d == coord_dim" << a << ") c" << a << " = coord;\n";
   for (const auto& t : tensors) {
     if (t.rank == 0) continue;
     const int lead = rank - t.rank;

@@ -40,15 +40,18 @@ std::string approx_math_define(int level);
 // it computes.
 std::string comment_block(const std::string& text);
 
-// `__device__ void <name>(const C x0, ..., const C s0, ..., C& y0, ...)`:
-// the SSA instructions of `spec` over already-loaded inputs (x<i>, in
-// compute types), argument scalars (s<j>) and outputs (y<k>).
+// `__device__ void <name>(const C x0, ..., const C s0, ..., const long long
+// c0, ..., C& y0, ...)`: the SSA instructions of `spec` over already-loaded
+// inputs (x<i>, in compute types), argument scalars (s<j>), coordinates
+// (c<a>) and outputs (y<k>).
 std::string body_function(const PointwiseSpec& spec, std::string_view name);
 // The argument list that calls body_function: x, scalar and y names with a
-// prefix/suffix each, e.g. ("x", "[k]") -> "x0[k], x1[k], s0, y0[k]".
+// prefix/suffix each, e.g. ("x", "[k]") -> "x0[k], x1[k], s0, y0[k]";
+// coordinates are c<a><coord_suffix>.
 std::string body_call_args(const PointwiseSpec& spec, const std::string& in_prefix,
                            const std::string& in_suffix, const std::string& scalar_prefix,
-                           const std::string& out_prefix, const std::string& out_suffix);
+                           const std::string& out_prefix, const std::string& out_suffix,
+                           const std::string& coord_suffix = "");
 // Inputs read by some Load instruction (unused inputs are never loaded).
 std::vector<bool> used_inputs(const PointwiseSpec& spec);
 
@@ -85,10 +88,14 @@ std::vector<bool> smooth_values(const PointwiseSpec& spec);
 // of an iteration space of rank `rank` whose sizes are in `shape`. With
 // `divisors` (a Dims parameter of packed multipliers and shifts, 32-bit
 // index only) the coordinates come from mb::fast_div (Note [Divisors as
-// multipliers] in runtime/fast_divisors.h), else from / and %.
+// multipliers] in runtime/fast_divisors.h), else from / and %. With
+// `coords` > 0 it also declares c<a> = the coordinate along the walk's dim
+// coord_dim<a> (a kernel parameter; 0 when no dim has that position: Note
+// [Concatenations in pointwise kernels]).
 std::string strided_offsets(const std::vector<OffsetTensor>& tensors, int rank,
                             const std::string& shape, const std::string& linear,
-                            const std::string& indent, const std::string& divisors = "");
+                            const std::string& indent, const std::string& divisors = "",
+                            int coords = 0);
 
 // Declares off_<n>, where periodic input `n` holds element `linear`:
 // linear mod period, + (linear div block) * period with rows (Note

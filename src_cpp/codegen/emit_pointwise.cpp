@@ -96,6 +96,8 @@ Layout layout_of(const PointwiseSpec& spec) {
   std::vector<DType> stored;
   for (const auto& o : spec.outputs) stored.push_back(o.tensor.dtype);
   layout.approx_math = emit::approx_math_level(stored);
+  // Coordinates come from the walk's shape (Note [Concatenations in pointwise kernels]).
+  layout.needs_shape = layout.needs_shape || spec.coords > 0;
   layout.fast_divisors = layout.needs_shape && !spec.index64 && spec.tuning.pw_fast_divisors;
   layout.periodic_divisors = layout.periodic && !spec.index64 && spec.tuning.pw_fast_divisors;
   return layout;
@@ -139,6 +141,10 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
          emit::periodic_params(spec.inputs[k], "in" + std::to_string(k), layout.periodic_divisors))
       param("const long long " + name, {KernelParam::Kind::Int64, name});
   }
+  for (int a = 0; a < spec.coords; ++a) {
+    const std::string n = "coord_dim" + std::to_string(a);
+    param("const long long " + n, {KernelParam::Kind::Int64, n});
+  }
   auto strides = [&](const TensorArg& t, const std::string& n) {
     if (t.mode != IndexMode::Strided || t.rank == 0) return;
     param(emit::dims_param(t.rank, "stride_" + n),
@@ -148,6 +154,26 @@ void add_params(const Layout& layout, std::ostringstream& src, KernelEntry& entr
     strides(spec.inputs[k], "in" + std::to_string(k));
   for (std::size_t k = 0; k < spec.outputs.size(); ++k)
     strides(spec.outputs[k].tensor, "out" + std::to_string(k));
+}
+
+// The guards of input k (Note [Concatenations in pointwise kernels]).
+std::vector<PwGuard> guards_of(const PointwiseSpec& spec, std::size_t k) {
+  std::vector<PwGuard> out;
+  for (const PwGuard& g : spec.guards)
+    if (static_cast<std::size_t>(g.input) == k) out.push_back(g);
+  return out;
+}
+
+// The condition under which input k is read at the coordinates c<a><suffix>;
+// empty for an unguarded input.
+std::string guard_condition(const PointwiseSpec& spec, std::size_t k) {
+  std::string cond;
+  for (const PwGuard& g : guards_of(spec, k)) {
+    const std::string c = "static_cast<long long>(c" + std::to_string(g.axis) + ")";
+    cond += (cond.empty() ? "" : " && ") + c + " >= s" + std::to_string(g.lo) + " && " + c +
+            " < s" + std::to_string(g.hi);
+  }
+  return cond;
 }
 
 // The offset expression of tensor `n` at flat index i.
@@ -180,6 +206,9 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
   };
   src << "  constexpr int VEC = " << std::to_string(layout.vec) << ";\n"
       << "  constexpr int UNROLL = " << std::to_string(layout.unroll) << ";\n";
+  for (int a = 0; a < spec.coords; ++a)
+    src << "  const I cstep" << a << " = coord_dim" << a << " == " << std::to_string(spec.rank - 1)
+        << " ? I(1) : I(0);\n";
   if (layout.strided_vectors && layout.needs_shape) {
     src << "  const I nvec = static_cast<I>(shape.d[" << std::to_string(spec.rank - 1)
         << "]) % VEC == 0 ? numel / VEC : 0;\n";
@@ -195,6 +224,9 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
            "static_cast<I>(threadIdx.x);\n";
   };
   std::vector<emit::OffsetTensor> strided;
+  // Note [Concatenations in pointwise kernels]: each vector's coordinates,
+  // of its first element; the next elements' move along the innermost dim.
+  for (int a = 0; a < spec.coords; ++a) src << "    I crd" << a << "[UNROLL];\n";
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (!used[k]) continue;
     const std::string n = std::to_string(k);
@@ -212,14 +244,26 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
   src << "#pragma unroll\n"
       << "    for (int u = 0; u < UNROLL; ++u) {\n"
       << vector_index("      ") << "      if (v >= nvec) continue;\n";
-  if (!strided.empty())
+  if (!strided.empty() || spec.coords > 0)
     src << emit::strided_offsets(strided, spec.rank, "shape", "v * VEC", "      ",
-                                 layout.fast_divisors ? "shape_div" : "");
+                                 layout.fast_divisors ? "shape_div" : "", spec.coords);
+  for (int a = 0; a < spec.coords; ++a) src << "      crd" << a << "[u] = c" << a << ";\n";
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (!used[k]) continue;
     const std::string n = std::to_string(k);
     const TensorArg& t = spec.inputs[k];
-    if (strided_input(k)) {
+    const std::vector<PwGuard> guards = guards_of(spec, k);
+    if (strided_input(k) && !guards.empty()) {
+      src << "      const unsigned mask" << n << " = ";
+      for (std::size_t j = 0; j < guards.size(); ++j) {
+        const std::string a = std::to_string(guards[j].axis);
+        src << (j ? " & " : "") << "mb::range_mask<VEC>(c" << a << ", cstep" << a << ", s"
+            << guards[j].lo << ", s" << guards[j].hi << ")";
+      }
+      src << ";\n      mb::issue_guarded<VEC>(in" << n << " + off_in" << n
+          << ", static_cast<I>(stride_in" << n << ".d[" << std::to_string(t.rank - 1) << "]), mask"
+          << n << ", raw" << n << "[u]);\n";
+    } else if (strided_input(k)) {
       const std::string inner =
           t.rank > 0 ? "static_cast<I>(stride_in" + n + ".d[" + std::to_string(t.rank - 1) + "])"
                      : "I(0)";
@@ -253,11 +297,14 @@ void emit_vector_loop(const Layout& layout, std::ostringstream& src) {
     else
       src << "mb::to_compute(raw" << n << "[u][k]);\n";
   }
+  for (int a = 0; a < spec.coords; ++a)
+    src << "        const long long c" << a << "_k = static_cast<long long>(crd" << a
+        << "[u]) + static_cast<long long>(k) * cstep" << a << ";\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     src << "        " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
         << ";\n";
   }
-  src << "        mb_body(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
+  src << "        mb_body(" << emit::body_call_args(spec, "x", "", "s", "y", "", "_k") << ");\n";
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     const std::string n = std::to_string(k);
     src << "        out_raw" << n << "[k] = mb::from_compute<"
@@ -276,9 +323,9 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
   const std::vector<bool> used = emit::used_inputs(spec);
   const std::string start = layout.vec > 1 ? "nvec * VEC + first" : "first";
   src << "  for (I i = " << start << "; i < numel; i += step) {\n";
-  if (layout.any_strided)
+  if (layout.any_strided || spec.coords > 0)
     src << emit::strided_offsets(strided_tensors(spec), spec.rank, "shape", "i", "    ",
-                                 layout.fast_divisors ? "shape_div" : "");
+                                 layout.fast_divisors ? "shape_div" : "", spec.coords);
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     if (used[k] && is_periodic(spec.inputs[k].mode))
       src << emit::periodic_offset(spec.inputs[k], "in" + std::to_string(k), "i", "    ",
@@ -287,10 +334,16 @@ void emit_scalar_loop(const Layout& layout, std::ostringstream& src) {
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const std::string n = "in" + std::to_string(k);
     const std::string ct(compute_type(spec.inputs[k].dtype));
+    const std::string load = "mb::to_compute(" + n + "[" + offset_of(spec.inputs[k], n) + "])";
+    const std::string guard = guard_condition(spec, k);
     src << "    const " << ct << " x" << std::to_string(k) << " = ";
-    src << (used[k] ? "mb::to_compute(" + n + "[" + offset_of(spec.inputs[k], n) + "])"
-                    : ct + "(0)")
-        << ";\n";
+    if (!used[k])
+      src << ct << "(0)";
+    else if (guard.empty())
+      src << load;
+    else
+      src << "(" << guard << ") ? " << load << " : " << ct << "(0)";
+    src << ";\n";
   }
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)

@@ -64,6 +64,9 @@ struct PointwiseGroup {
   // The logical dims, outermost first, in the order the kernel walks them
   // (Note [Iteration order] in pointwise_planner.h); empty: as they are.
   std::vector<int> order;
+  // The output's logical dim of each coordinate axis (Note [Concatenations
+  // in pointwise kernels] in spec/kernel_spec.h).
+  std::vector<int> coord_dims;
 };
 
 // What the runtime needs to launch a generated reduction group: an
@@ -285,6 +288,10 @@ struct FusionOptions {
   // Convolutions (forward with bias / inference batch norm / residual / relu
   // epilogues, and backward) of CUDA partitions as cuDNN graphs (option cudnn).
   bool conv = true;
+  // Concatenations inside generated pointwise kernels (Note
+  // [Concatenations in pointwise kernels]); MYBACKEND_FUSED_CATS=0 turns
+  // them off.
+  bool concatenations = true;
   // Launch parameters of generated kernels, copied into their specs (Note
   // [Tuning in the specs] in tuned_specs.h).
   LaunchTuning tuning;

@@ -10,7 +10,7 @@ void archive(Ar& ar, PointwiseGroup& g) {
   fields(ar, g.spec, g.general);
   archive_ids(ar, g.inputs, IdSpace::Value);
   archive_ids(ar, g.outputs, IdSpace::Value);
-  fields(ar, g.order);
+  fields(ar, g.order, g.coord_dims);
 }
 
 template <class Ar>
@@ -109,7 +109,7 @@ void archive(Ar& ar, FusionPlan& plan) {
 template <class Ar>
 void archive(Ar& ar, FusionOptions& o) {
   fields(ar, o.generated_kernels, o.min_pointwise_nodes, o.matmul, o.autotune, o.attention,
-         o.attention_beyond_cudnn_ops, o.conv, o.tuning);
+         o.attention_beyond_cudnn_ops, o.conv, o.concatenations, o.tuning);
 }
 
 MB_ARCHIVE_BOTH_WAYS(PointwiseGroup);

@@ -4,11 +4,14 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "fusion/type_promotion.h"
 
 namespace mybackend {
 namespace {
+
+constexpr const char* kCatOp = "aten::cat.default";
 
 // Thrown inside a builder; add_node turns it into the returned reason.
 struct Refuse {
@@ -463,25 +466,151 @@ std::vector<std::string> pointwise_lowering_ops() {
   return out;
 }
 
+struct PointwiseSsa::State {
+  PointwiseSpec spec;
+  std::vector<ValueId> inputs;
+  std::unordered_map<ValueId, Rep> values;
+  Space space;
+  std::map<Space, std::unordered_map<ValueId, Rep>> other_spaces;
+  std::vector<int> coord_dims;
+};
+
 std::string PointwiseSsa::add_node(const Node& node) {
-  auto it = table().find(node.op);
-  if (it == table().end()) return "no pointwise lowering for " + node.op;
+  if (node.op != kCatOp && table().count(node.op) == 0)
+    return "no pointwise lowering for " + node.op;
   if (node.outputs.size() != 1) return "more than one output";
   // Builders append; a refusal restores the state from before the node.
-  PointwiseSpec saved_spec = spec_;
-  std::vector<ValueId> saved_inputs = inputs_;
-  std::unordered_map<ValueId, Rep> saved_values = values_;
+  State saved{spec_, inputs_, values_, space_, other_spaces_, coord_dims_};
   try {
-    PwNodeBuilder builder(*this, node);
-    it->second(builder);
+    lower(node);
     if (values_.count(node.outputs[0]) == 0) return "the lowering produced no result";
     return {};
   } catch (const Refuse& refusal) {
-    spec_ = std::move(saved_spec);
-    inputs_ = std::move(saved_inputs);
-    values_ = std::move(saved_values);
+    spec_ = std::move(saved.spec);
+    inputs_ = std::move(saved.inputs);
+    values_ = std::move(saved.values);
+    space_ = std::move(saved.space);
+    other_spaces_ = std::move(saved.other_spaces);
+    coord_dims_ = std::move(saved.coord_dims);
     return refusal.reason;
   }
+}
+
+void PointwiseSsa::lower(const Node& node) {
+  if (node.op == kCatOp) {
+    lower_cat(node);
+    return;
+  }
+  auto it = table().find(node.op);
+  if (it == table().end()) throw Refuse{"no pointwise lowering for " + node.op};
+  PwNodeBuilder builder(*this, node);
+  it->second(builder);
+}
+
+bool PointwiseSsa::guarded(std::size_t input) const {
+  return std::any_of(spec_.guards.begin(), spec_.guards.end(),
+                     [&](const PwGuard& g) { return static_cast<std::size_t>(g.input) == input; });
+}
+
+int PointwiseSsa::coord_axis(int dim_from_end) {
+  for (std::size_t a = 0; a < coord_dims_.size(); ++a)
+    if (coord_dims_[a] == dim_from_end) return static_cast<int>(a);
+  coord_dims_.push_back(dim_from_end);
+  spec_.coords = static_cast<int>(coord_dims_.size());
+  return spec_.coords - 1;
+}
+
+std::int32_t PointwiseSsa::bound(std::int64_t value) {
+  for (std::size_t k = 0; k < spec_.scalars.size(); ++k) {
+    const PwScalar& o = spec_.scalars[k];
+    if (o.dtype == DType::Int64 && o.is_argument && o.i == value)
+      return static_cast<std::int32_t>(k);
+  }
+  spec_.scalars.push_back(PwScalar{DType::Int64, /*is_argument=*/true, 0.0, value});
+  return static_cast<std::int32_t>(spec_.scalars.size() - 1);
+}
+
+// Note [Concatenations in pointwise kernels] in spec/kernel_spec.h.
+void PointwiseSsa::lower_cat(const Node& node) {
+  if (node.args.empty() || node.args[0].kind != Argument::Kind::List)
+    throw Refuse{"the pieces are not a list"};
+  std::int64_t dim = 0;
+  if (node.args.size() > 1) {
+    if (node.args[1].kind != Argument::Kind::Int) throw Refuse{"the dim is not a number"};
+    dim = node.args[1].i;
+  }
+  const TensorType& out = graph_->value(node.outputs[0]).tensor;
+  const auto rank = static_cast<std::int64_t>(out.rank());
+  if (rank == 0) throw Refuse{"a 0-dim concatenation"};
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) throw Refuse{"the dim is out of range"};
+  const TensorType& walk = walk_ != nullptr ? *walk_ : out;
+  const auto walk_rank = static_cast<std::int64_t>(walk.rank());
+  if (walk_rank < rank) throw Refuse{"the concatenation has a higher rank than the walk"};
+  const int from_end = static_cast<int>(dim - rank);
+  const int axis = coord_axis(from_end);
+  // Where the current space lies along the axis: the pieces split that.
+  std::int64_t base = 0;
+  std::optional<std::int64_t> extent;
+  for (const Range& r : space_) {
+    if (r.axis != axis) continue;
+    base = r.lo;
+    extent = r.hi - r.lo;
+  }
+  if (!extent) {
+    const Dim& size = walk.sizes[static_cast<std::size_t>(walk_rank + from_end)];
+    if (!size.is_static()) throw Refuse{"the walk's size along the concatenation is symbolic"};
+    extent = size.static_value();
+  }
+  const Dim& out_size = out.sizes[static_cast<std::size_t>(dim)];
+  if (!out_size.is_static() || out_size.static_value() != *extent)
+    throw Refuse{"the concatenation is broadcast along its dim"};
+  std::vector<std::pair<std::int32_t, std::int64_t>> pieces;  // (value, end of its range)
+  std::int64_t at = 0;
+  for (const Argument& item : node.args[0].items) {
+    if (item.kind != Argument::Kind::Value) throw Refuse{"a piece is not a tensor"};
+    const TensorType& t = graph_->value(item.value).tensor;
+    if (static_cast<std::int64_t>(t.rank()) != rank)
+      throw Refuse{"a piece has another rank (a legacy empty tensor)"};
+    const Dim& size = t.sizes[static_cast<std::size_t>(dim)];
+    if (!size.is_static()) throw Refuse{"a piece's size along the dim is symbolic"};
+    if (size.static_value() == 0) continue;
+    Space inner;
+    for (const Range& r : space_)
+      if (r.axis != axis) inner.push_back(r);
+    inner.push_back(Range{axis, base + at, base + at + size.static_value()});
+    std::sort(inner.begin(), inner.end());
+    at += size.static_value();
+    // Evaluate the piece in its own space, then come back.
+    other_spaces_[space_] = std::move(values_);
+    const Space outer = std::exchange(space_, inner);
+    values_ = std::move(other_spaces_[space_]);
+    const std::int32_t piece = cast(logical(item.value), out.dtype);
+    other_spaces_[space_] = std::move(values_);
+    space_ = outer;
+    values_ = std::move(other_spaces_[space_]);
+    pieces.emplace_back(piece, base + at);
+  }
+  if (pieces.empty() || at != *extent) throw Refuse{"the pieces do not cover the concatenation"};
+  std::int32_t coord = -1;
+  for (std::size_t id = 0; id < spec_.instrs.size() && coord < 0; ++id) {
+    const PwInstr& in = spec_.instrs[id];
+    if (in.op == PwOp::Coord && in.index == axis) coord = static_cast<std::int32_t>(id);
+  }
+  if (coord < 0) coord = emit(PwOp::Coord, DType::Int64, {}, axis);
+  std::int32_t result = pieces.back().first;
+  for (std::size_t k = pieces.size() - 1; k-- > 0;) {
+    const std::int32_t scalar = bound(pieces[k].second);
+    std::int32_t end = -1;
+    for (std::size_t id = 0; id < spec_.instrs.size() && end < 0; ++id) {
+      const PwInstr& in = spec_.instrs[id];
+      if (in.op == PwOp::Scalar && in.index == scalar) end = static_cast<std::int32_t>(id);
+    }
+    if (end < 0) end = emit(PwOp::Scalar, DType::Int64, {}, scalar);
+    const std::int32_t below = emit(PwOp::Lt, DType::Bool, {coord, end});
+    result = emit(PwOp::Where, out.dtype, {below, pieces[k].first, result});
+  }
+  values_[node.outputs[0]] = Rep{result, out.dtype};
 }
 
 PointwiseSsa::Rep PointwiseSsa::value(ValueId v) {
@@ -500,12 +629,30 @@ PointwiseSsa::Rep PointwiseSsa::value(ValueId v) {
     values_.emplace(v, rep);
     return rep;
   }
+  // Note [Concatenations in pointwise kernels]: what a piece computes is
+  // computed in the piece's space; what the walk computes is not read there.
+  const NodeId producer = graph_->value(v).producer;
+  if (producer >= 0 && piece_nodes_.count(producer)) {
+    if (space_.empty())
+      throw Refuse{"the walk reads " + graph_->value(v).name + ", a piece's value"};
+    lower(graph_->node(producer));
+    auto done = values_.find(v);
+    if (done == values_.end()) throw Refuse{"the lowering produced no result"};
+    return done->second;
+  }
+  if (!space_.empty()) {
+    auto walk_values = other_spaces_.find(Space{});
+    if (walk_values != other_spaces_.end() && walk_values->second.count(v))
+      throw Refuse{"a piece reads " + graph_->value(v).name + ", which the walk computes"};
+  }
   TensorArg arg;
   arg.dtype = t.dtype;
   spec_.inputs.push_back(arg);
   inputs_.push_back(v);
-  const std::int32_t id =
-      emit(PwOp::Load, t.dtype, {}, static_cast<std::int32_t>(spec_.inputs.size() - 1));
+  const auto input = static_cast<std::int32_t>(spec_.inputs.size() - 1);
+  for (const Range& r : space_)
+    spec_.guards.push_back(PwGuard{input, r.axis, bound(r.lo), bound(r.hi)});
+  const std::int32_t id = emit(PwOp::Load, t.dtype, {}, input);
   Rep rep{id, t.dtype};
   values_.emplace(v, rep);
   return rep;

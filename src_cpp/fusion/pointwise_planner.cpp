@@ -288,11 +288,13 @@ std::string shape_key(const TensorType& type) {
   return key;
 }
 
-std::string pointwise_candidate_problem(const Graph& graph, const Node& node) {
-  if (node.kind != NodeKind::Aten) return "not an ATen node";
-  const OpEntry* entry = CapabilityRegistry::builtin().find(node.op);
-  if (entry == nullptr || entry->op_class != OpClass::Pointwise) return "not a pointwise op";
-  if (!has_pointwise_lowering(node.op)) return "no generated lowering for " + node.op;
+namespace {
+
+// What a pointwise or concatenation node must meet alone: one tensor output
+// and tensor inputs on one CUDA device, and a spec of its own that
+// validates (a concatenation's pieces Strided, as build_group makes them).
+std::string lone_node_problem(const Graph& graph, const Node& node, const std::string& input_word,
+                              bool inputs_broadcast) {
   if (node.outputs.size() != 1) return "not exactly one output";
   const Value& out = graph.value(node.outputs[0]);
   if (out.kind != ValueKind::Tensor) return "the output is not a tensor";
@@ -301,18 +303,54 @@ std::string pointwise_candidate_problem(const Graph& graph, const Node& node) {
   for (ValueId v : node.input_values()) {
     const Value& in = graph.value(v);
     if (in.kind != ValueKind::Tensor) return "reads the symbolic scalar " + in.name;
-    if (std::string p = device_problem(in.tensor, out.tensor.device, "input " + in.name);
+    if (std::string p = device_problem(in.tensor, out.tensor.device, input_word + " " + in.name);
         !p.empty())
       return p;
-    if (in.tensor.rank() > out.tensor.rank()) return "an input has a higher rank than the output";
+    if (inputs_broadcast && in.tensor.rank() > out.tensor.rank())
+      return "an input has a higher rank than the output";
   }
   PointwiseSsa trial(graph);
   if (std::string p = trial.add_node(node); !p.empty()) return p;
-  trial.spec().outputs.push_back(
+  PointwiseSpec& spec = trial.spec();
+  spec.outputs.push_back(
       PwOutput{TensorArg{out.tensor.dtype, IndexMode::Contiguous, 0}, trial.logical(out.id)});
-  trial.spec().rank = static_cast<int>(out.tensor.rank());
-  if (std::string p = validate(trial.spec()); !p.empty()) return "invalid spec: " + p;
+  spec.rank = static_cast<int>(out.tensor.rank());
+  for (const PwGuard& g : spec.guards)
+    spec.inputs[static_cast<std::size_t>(g.input)] = TensorArg{
+        spec.inputs[static_cast<std::size_t>(g.input)].dtype, IndexMode::Strided, spec.rank};
+  if (std::string p = validate(spec); !p.empty()) return "invalid spec: " + p;
   return {};
+}
+
+}  // namespace
+
+std::string pointwise_candidate_problem(const Graph& graph, const Node& node) {
+  if (node.kind != NodeKind::Aten) return "not an ATen node";
+  const OpEntry* entry = CapabilityRegistry::builtin().find(node.op);
+  if (entry == nullptr || entry->op_class != OpClass::Pointwise) return "not a pointwise op";
+  if (!has_pointwise_lowering(node.op)) return "no generated lowering for " + node.op;
+  return lone_node_problem(graph, node, "input", /*inputs_broadcast=*/true);
+}
+
+bool is_concatenation(const Node& node) {
+  return node.kind == NodeKind::Aten && node.op == "aten::cat.default";
+}
+
+std::string concatenation_candidate_problem(const Graph& graph, const Node& node) {
+  if (!is_concatenation(node)) return "not a concatenation";
+  return lone_node_problem(graph, node, "piece", /*inputs_broadcast=*/false);
+}
+
+bool PointwisePlanner::inlines_into_cat(const std::vector<NodeId>& group, NodeId cat) const {
+  if (group.empty() || group.size() > kMaxPieceNodes) return false;
+  std::set<NodeId> members(group.begin(), group.end());
+  members.insert(cat);
+  const Device& device = graph_.value(graph_.node(cat).outputs[0]).tensor.device;
+  for (NodeId id : group) {
+    const ValueId v = graph_.node(id).outputs[0];
+    if (index_.used_outside(v, members) || graph_.value(v).tensor.device != device) return false;
+  }
+  return true;
 }
 
 PointwisePlanner::PointwisePlanner(const GraphIndex& index, const FusionOptions& options)
@@ -344,17 +382,29 @@ bool PointwisePlanner::inlines_into(const std::vector<NodeId>& group, NodeId rea
   return true;
 }
 
+std::set<NodeId> PointwisePlanner::nodes_only_pieces_read(const std::vector<NodeId>& nodes) const {
+  std::set<NodeId> out;
+  if (std::none_of(nodes.begin(), nodes.end(),
+                   [&](NodeId id) { return is_concatenation(graph_.node(id)); }))
+    return out;
+  const std::set<NodeId> members(nodes.begin(), nodes.end());
+  // Readers come after what they read: walk back so that readers are known.
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const ValueId v = graph_.node(*it).outputs[0];
+    if (index_.used_outside(v, members)) continue;
+    const std::vector<NodeId>& readers = index_.readers[static_cast<std::size_t>(v)];
+    const bool only_pieces =
+        !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](NodeId r) {
+          return members.count(r) && (out.count(r) || is_concatenation(graph_.node(r)));
+        });
+    if (only_pieces) out.insert(*it);
+  }
+  return out;
+}
+
 std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
     const std::vector<NodeId>& nodes, std::string* why) const {
   const std::set<NodeId> members(nodes.begin(), nodes.end());
-  PointwiseSsa ssa(graph_);
-  for (NodeId id : nodes) {
-    if (std::string p = ssa.add_node(graph_.node(id)); !p.empty()) {
-      *why = graph_.node(id).name + ": " + p;
-      return nullptr;
-    }
-  }
-  auto group = std::make_shared<PointwiseGroup>();
   // The iteration space: the first stored output's shape, which every
   // stored output has (an inlined broadcast producer is never stored: Note
   // [Broadcast producers inlined]).
@@ -369,6 +419,19 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   const TensorType& shape =
       stored != nullptr ? *stored : graph_.value(graph_.node(nodes[0]).outputs[0]).tensor;
   const int rank = static_cast<int>(shape.rank());
+  PointwiseSsa ssa(graph_);
+  ssa.set_walk(shape);
+  const std::set<NodeId> piece_nodes = nodes_only_pieces_read(nodes);
+  ssa.set_piece_nodes(piece_nodes);
+  for (NodeId id : nodes) {
+    if (piece_nodes.count(id)) continue;  // lowered where a concatenation reads it
+    if (std::string p = ssa.add_node(graph_.node(id)); !p.empty()) {
+      *why = graph_.node(id).name + ": " + p;
+      return nullptr;
+    }
+  }
+  auto group = std::make_shared<PointwiseGroup>();
+  for (int from_end : ssa.coord_dims_from_end()) group->coord_dims.push_back(rank + from_end);
   const std::string key = shape_key(shape);
   // Note [Iteration order]: the first stored output decides.
   for (NodeId id : nodes) {
@@ -402,14 +465,14 @@ std::shared_ptr<const PointwiseGroup> PointwisePlanner::build_group(
   }
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     const TensorType& t = graph_.value(group->inputs[k]).tensor;
-    const bool full = shape_key(t) == key && dense(t);
+    const bool full = shape_key(t) == key && dense(t) && !ssa.guarded(k);
     spec.inputs[k].mode = full ? IndexMode::Aligned : IndexMode::Strided;
     spec.inputs[k].rank = full ? 0 : rank;
   }
   // Note [Periodic operands]
   const int vector_width = pointwise_vector_width(spec);
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (spec.inputs[k].mode != IndexMode::Strided) continue;
+    if (spec.inputs[k].mode != IndexMode::Strided || ssa.guarded(k)) continue;
     const PeriodicLayout periodic =
         static_periodic_layout(graph_.value(group->inputs[k]).tensor, shape, group->order);
     if (periodic.period > 1 && periodic.period % vector_width == 0)
@@ -642,7 +705,11 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     deps[n] = waits_of(index_.producers[static_cast<std::size_t>(n)], {}, &local_producers);
     if (!options_.generated_kernels) continue;  // the ATen runs' why says so once
     std::vector<int>& d = deps[n];
-    const std::string problem = pointwise_candidate_problem(graph_, graph_.node(n));
+    const bool concatenation = is_concatenation(graph_.node(n));
+    const std::string problem = !concatenation ? pointwise_candidate_problem(graph_, graph_.node(n))
+                                : options_.concatenations
+                                    ? concatenation_candidate_problem(graph_, graph_.node(n))
+                                    : "concatenations are left to ATen (MYBACKEND_FUSED_CATS=0)";
     if (!problem.empty()) {
       refusals[n] = problem;
       continue;
@@ -663,6 +730,15 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
       const int pg = find(g->second);
       if (candidates.count(pg) || claimed_of_group.count(pg)) continue;
       if (inlines_into(groups[static_cast<std::size_t>(pg)], n)) candidates.insert(pg);
+    }
+    // Note [Concatenations in pointwise kernels]: what only the pieces need
+    // is computed where the concatenation reads it.
+    for (NodeId p : local_producers) {
+      auto g = group_of.find(p);
+      if (!concatenation || g == group_of.end()) continue;
+      const int pg = find(g->second);
+      if (candidates.count(pg) || claimed_of_group.count(pg)) continue;
+      if (inlines_into_cat(groups[static_cast<std::size_t>(pg)], n)) candidates.insert(pg);
     }
     // Join (and merge) the candidates in id order while that stays acyclic:
     // no producer outside the chosen set may wait for it, and no chosen
@@ -798,13 +874,17 @@ std::vector<KernelGroup> PointwisePlanner::plan(const std::vector<NodeId>& parti
     const bool only_casts = std::all_of(nodes.begin(), nodes.end(), [&](NodeId n) {
       return ir_match::is_dtype_cast(graph_, graph_.node(n));
     });
-    if (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes || only_casts ||
-        reorders_memory(graph_, nodes) || broadcasts_an_input(graph_, nodes)) {
+    const bool lone_concatenation = nodes.size() == 1 && is_concatenation(graph_.node(nodes[0]));
+    if (!lone_concatenation &&
+        (static_cast<int>(nodes.size()) >= options_.min_pointwise_nodes || only_casts ||
+         reorders_memory(graph_, nodes) || broadcasts_an_input(graph_, nodes))) {
       built = build_group(nodes, &why);
     }
     if (!built) {
       for (NodeId n : nodes) {
-        refusals[n] = why.empty() ? "a lone elementwise op gains nothing from fusion" : why;
+        refusals[n] = !why.empty()         ? why
+                      : lone_concatenation ? "a lone concatenation is ATen's batched copy"
+                                           : "a lone elementwise op gains nothing from fusion";
       }
       // Note [Grouped layout copies]: a lone copy may still join a cast group.
       if (nodes.size() == 1 && same_dtype_copy(graph_, graph_.node(nodes[0]))) {

@@ -74,6 +74,22 @@ namespace mybackend {
 // Why `node` cannot be in a generated pointwise group; empty when it can.
 std::string pointwise_candidate_problem(const Graph& graph, const Node& node);
 
+// Note [Concatenations in pointwise kernels] (spec/kernel_spec.h)
+// An aten::cat joins a generated pointwise group as a selection on the
+// walk's coordinate along its dim, each piece read through guards (or
+// computed: a group of producers that only the concatenation reads joins
+// it, up to kMaxPieceNodes ops, and is lowered in each piece's space). The
+// pieces' sizes along the dim are static (they become the kernel's bounds);
+// the other dims may be symbolic. Rotary embeddings (rotate_half's
+// cat(-x2, x1) and the cat of the rotated and passed-through halves) and
+// their gradients become one kernel with the multiplies around them; a
+// channel concatenation joins the elementwise ops that read it. A
+// concatenation nothing fuses with stays ATen's (Note [Lone casts] does not
+// apply: ATen's batched copy is as good a kernel).
+bool is_concatenation(const Node& node);
+// Why the concatenation `node` cannot be in a generated pointwise group.
+std::string concatenation_candidate_problem(const Graph& graph, const Node& node);
+
 // The kernel groups of one partition, in execution order: the `claimed`
 // groups (matmul, reduction and norm groups; Note [Claimed groups]) as
 // given, generated pointwise groups where possible (option
@@ -86,6 +102,7 @@ class PointwisePlanner {
  public:
   static constexpr std::size_t kMaxInlinedNodes = 4;   // Note [Broadcast producers inlined]
   static constexpr std::size_t kMaxSiblingNodes = 16;  // Note [Sibling groups in one launch]
+  static constexpr std::size_t kMaxPieceNodes = 16;    // Note [Concatenations in pointwise kernels]
   PointwisePlanner(const GraphIndex& index, const FusionOptions& options);
   std::vector<KernelGroup> plan(const std::vector<NodeId>& partition_nodes,
                                 const ClaimedGroups& claimed = {});
@@ -96,6 +113,11 @@ class PointwisePlanner {
   // Note [Broadcast producers inlined]: whether `group` may join the group
   // of its reader `reader`, whose shape is larger.
   bool inlines_into(const std::vector<NodeId>& group, NodeId reader) const;
+  // Note [Concatenations in pointwise kernels]: whether `group` only feeds
+  // the concatenation `cat` (and may join it), and the nodes of a group
+  // that only concatenations read.
+  bool inlines_into_cat(const std::vector<NodeId>& group, NodeId cat) const;
+  std::set<NodeId> nodes_only_pieces_read(const std::vector<NodeId>& nodes) const;
   // Note [Sibling groups in one launch]: of the `live` groups, those that
   // may merge with a sibling, the tensors each reads (as bases of views) and
   // its stored output's shape, device and layout as one key.

@@ -23,6 +23,7 @@ CompileOptions options_from_environment(const char* (*env)(const char*)) {
     options.codegen.switched_off =
         "generated kernels are switched off by MYBACKEND_GENERATED_KERNELS";
   options.view_replay = !switched_off(env("MYBACKEND_VIEW_REPLAY"));
+  options.fusion.concatenations = !switched_off(env("MYBACKEND_FUSED_CATS"));
   if (const char* target = env("MYBACKEND_NVRTC_TARGET"); target != nullptr)
     options.codegen.forced_target = target;
   return options;

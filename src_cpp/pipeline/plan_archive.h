@@ -33,7 +33,7 @@
 
 namespace mybackend {
 
-constexpr std::uint32_t kPlanFormatVersion = 6;  // 6: reductions' walk order
+constexpr std::uint32_t kPlanFormatVersion = 7;  // 7: concatenations in pointwise kernels
 
 // The bytes of `plan`, made for `graph` under `options`.
 std::string save_plan(const Graph& graph, const PlanningOptions& options, const CorePlan& plan);

@@ -176,6 +176,13 @@ std::string PointwiseSpec::to_string() const {
     out << "  out" << std::to_string(k) << " " << tensor_text(outputs[k].tensor) << " = %"
         << std::to_string(outputs[k].value) << "\n";
   }
+  // Note [Concatenations in pointwise kernels]; nothing when there are none,
+  // so other kernels keep their text.
+  if (coords > 0) out << "  coords " << std::to_string(coords) << "\n";
+  for (const PwGuard& g : guards) {
+    out << "  guard in" << std::to_string(g.input) << " axis" << std::to_string(g.axis) << " [sc"
+        << std::to_string(g.lo) << ", sc" << std::to_string(g.hi) << ")\n";
+  }
   return out.str();
 }
 

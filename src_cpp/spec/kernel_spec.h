@@ -79,6 +79,7 @@ enum class PwOp : std::int16_t {
   // Leaves: no SSA operands.
   Load,    // input `index`
   Scalar,  // scalar `index`
+  Coord,   // i64: the walk's coordinate along coordinate axis `index` (Note [Concatenations in pointwise kernels])
   // Arithmetic.
   Add, Sub, Mul, Div, DivTrunc, DivFloor, Neg, Abs, Reciprocal, Pow, Fmod, Remainder,
   Maximum, Minimum, Clamp, Sign, Lerp,
@@ -128,7 +129,27 @@ struct PwInstr {
   PwOp op = PwOp::Load;
   DType dtype = DType::Float32;    // the result's dtype
   std::vector<std::int32_t> args;  // ids of earlier instructions
-  std::int32_t index = -1;         // Load: input position; Scalar: scalar position
+  std::int32_t index = -1;         // Load: input; Scalar: scalar; Coord: coordinate axis
+};
+
+// Note [Concatenations in pointwise kernels]
+// A concatenation joins a pointwise kernel as a selection on the walk's
+// coordinate along its dim: cat([a, b], d) is where(coord_d < size_a(d), a,
+// b), with a and b evaluated in their own space. Each concatenated piece,
+// and every input its (inlined) producers read, is a guarded input: Strided
+// over the walk's rank, read only where the coordinate along each of its
+// guards' axes lies in [lo, hi) (its element there is the tensor's element
+// at coordinate - lo: the runtime shifts its pointer back by lo strides)
+// and 0 elsewhere, so no piece is read outside its bounds and each element
+// of the result reads one piece. `coords` axes are coordinates the kernel
+// finds (kernel argument coord_dim<a>: the axis' position in the launch's
+// coalesced walk, which the runtime keeps apart from its neighbours); the
+// bounds are i64 scalars, kernel arguments (Note [Specs hold no sizes]).
+struct PwGuard {
+  std::int32_t input = 0;  // the guarded input
+  std::int32_t axis = 0;   // coordinate axis
+  std::int32_t lo = 0;     // scalar holding the first coordinate read
+  std::int32_t hi = 0;     // scalar holding the end of the range
 };
 
 struct PwOutput {
@@ -152,6 +173,10 @@ struct PointwiseSpec {
   std::vector<PwScalar> scalars;
   std::vector<PwInstr> instrs;
   std::vector<PwOutput> outputs;
+  // Note [Concatenations in pointwise kernels]: coordinate axes the
+  // kernel finds and the guarded inputs.
+  int coords = 0;
+  std::vector<PwGuard> guards;
   // 64-bit offsets. Required when any tensor spans 2^30 elements or more:
   // 32-bit indexing keeps the other 2^30 as headroom for grid-stride steps.
   bool index64 = false;

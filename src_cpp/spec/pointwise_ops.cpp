@@ -11,6 +11,7 @@ namespace {
 constexpr std::array<PwOpInfo, static_cast<std::size_t>(PwOp::Cast) + 1> kOps = {{
     {PwOp::Load, "load", 0, PwRule::Leaf},
     {PwOp::Scalar, "scalar", 0, PwRule::Leaf},
+    {PwOp::Coord, "coord", 0, PwRule::Leaf},
     {PwOp::Add, "add", 2, PwRule::SameNumeric},
     {PwOp::Sub, "sub", 2, PwRule::SameNumeric},
     {PwOp::Mul, "mul", 2, PwRule::SameNumeric},

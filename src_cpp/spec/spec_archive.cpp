@@ -28,13 +28,19 @@ void archive(Ar& ar, PwInstr& instr) {
 }
 
 template <class Ar>
+void archive(Ar& ar, PwGuard& g) {
+  fields(ar, g.input, g.axis, g.lo, g.hi);
+}
+
+template <class Ar>
 void archive(Ar& ar, PwOutput& o) {
   fields(ar, o.tensor, o.value);
 }
 
 template <class Ar>
 void archive(Ar& ar, PointwiseSpec& s) {
-  fields(ar, s.rank, s.inputs, s.scalars, s.instrs, s.outputs, s.index64, s.threads, s.tuning);
+  fields(ar, s.rank, s.inputs, s.scalars, s.instrs, s.outputs, s.coords, s.guards, s.index64,
+         s.threads, s.tuning);
 }
 
 template <class Ar>
@@ -143,6 +149,7 @@ MB_ARCHIVE_BOTH_WAYS(LaunchTuning);
 MB_ARCHIVE_BOTH_WAYS(TensorArg);
 MB_ARCHIVE_BOTH_WAYS(PwScalar);
 MB_ARCHIVE_BOTH_WAYS(PwInstr);
+MB_ARCHIVE_BOTH_WAYS(PwGuard);
 MB_ARCHIVE_BOTH_WAYS(PwOutput);
 MB_ARCHIVE_BOTH_WAYS(PointwiseSpec);
 MB_ARCHIVE_BOTH_WAYS(ReductionSpec);

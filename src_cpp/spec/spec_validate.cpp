@@ -97,6 +97,11 @@ std::string check_instr(const PointwiseSpec& spec, std::size_t id) {
     if (spec.inputs[static_cast<std::size_t>(in.index)].dtype != in.dtype)
       return "dtype differs from the input's";
   }
+  if (in.op == PwOp::Coord) {
+    if (in.index < 0 || in.index >= spec.coords)
+      return "no coordinate axis " + std::to_string(in.index);
+    if (in.dtype != DType::Int64) return "a coordinate is i64";
+  }
   if (in.op == PwOp::Scalar) {
     if (in.index < 0 || static_cast<std::size_t>(in.index) >= spec.scalars.size())
       return "no scalar " + std::to_string(in.index);
@@ -110,6 +115,32 @@ std::string check_instr(const PointwiseSpec& spec, std::size_t id) {
     problem += " (got " + got + " -> " + name(in.dtype) + ")";
   }
   return problem;
+}
+
+// Note [Concatenations in pointwise kernels]
+std::string check_guards(const PointwiseSpec& spec) {
+  if (spec.coords < 0 || spec.coords > kMaxKernelRank)
+    return "coordinate axes " + std::to_string(spec.coords) + " outside [0, " +
+           std::to_string(kMaxKernelRank) + "]";
+  auto int_scalar = [&](std::int32_t k) {
+    return k >= 0 && static_cast<std::size_t>(k) < spec.scalars.size() &&
+           spec.scalars[static_cast<std::size_t>(k)].dtype == DType::Int64;
+  };
+  for (const PwGuard& g : spec.guards) {
+    const std::string what = "guard of in" + std::to_string(g.input);
+    if (g.input < 0 || static_cast<std::size_t>(g.input) >= spec.inputs.size())
+      return what + ": no such input";
+    const TensorArg& t = spec.inputs[static_cast<std::size_t>(g.input)];
+    if (t.mode != IndexMode::Strided || t.rank != spec.rank)
+      return what + ": a guarded input is Strided over the walk's rank";
+    if (g.axis < 0 || g.axis >= spec.coords)
+      return what + ": no coordinate axis " + std::to_string(g.axis);
+    if (!int_scalar(g.lo) || !int_scalar(g.hi)) return what + ": its bounds must be i64 scalars";
+    if (!spec.scalars[static_cast<std::size_t>(g.lo)].is_argument ||
+        !spec.scalars[static_cast<std::size_t>(g.hi)].is_argument)
+      return what + ": its bounds must be kernel arguments";
+  }
+  return {};
 }
 
 }  // namespace
@@ -146,7 +177,7 @@ std::string validate(const PointwiseSpec& spec) {
     if (spec.instrs[static_cast<std::size_t>(out.value)].dtype != out.tensor.dtype)
       return what + ": dtype differs from its value's";
   }
-  return {};
+  return check_guards(spec);
 }
 
 namespace {
@@ -164,6 +195,14 @@ std::string check_reduce_dtypes(ReduceOp op, DType value, DType out) {
   return {};
 }
 
+// The elementwise part of a reduction, norm or pool kernel: a pointwise
+// spec whose emitters walk no concatenation.
+std::string validate_embedded(const PointwiseSpec& spec) {
+  if (spec.coords > 0 || !spec.guards.empty())
+    return "only a pointwise kernel walks concatenations";
+  return validate(spec);
+}
+
 }  // namespace
 
 std::string validate(const ReductionSpec& spec) {
@@ -175,7 +214,7 @@ std::string validate(const ReductionSpec& spec) {
   if (prologue.rank != spec.input_rank) return "prologue rank differs from input_rank";
   if (prologue.outputs.size() != 1)
     return "the prologue must have exactly one output (the value reduced)";
-  if (std::string p = validate(prologue); !p.empty()) return "prologue: " + p;
+  if (std::string p = validate_embedded(prologue); !p.empty()) return "prologue: " + p;
   const DType value = prologue.outputs[0].tensor.dtype;
   if (std::string p = check_reduce_dtypes(spec.op, value, spec.out_dtype); !p.empty()) {
     return std::string(reduce_op_name(spec.op)) + " of " + name(value) + " -> " +
@@ -186,7 +225,7 @@ std::string validate(const ReductionSpec& spec) {
   if (epilogue.inputs.empty() || epilogue.inputs[0].dtype != spec.out_dtype) {
     return "epilogue input 0 must be the reduced value, of dtype " + name(spec.out_dtype);
   }
-  if (std::string p = validate(epilogue); !p.empty()) return "epilogue: " + p;
+  if (std::string p = validate_embedded(epilogue); !p.empty()) return "epilogue: " + p;
   return {};
 }
 
@@ -220,7 +259,7 @@ std::string check_norm_prologue(const NormSpec& spec) {
   for (const PwScalar& s : p.scalars) {
     if (s.is_argument) return "a norm prologue takes no scalar arguments";
   }
-  if (std::string problem = validate(p); !problem.empty()) return "prologue: " + problem;
+  if (std::string problem = validate_embedded(p); !problem.empty()) return "prologue: " + problem;
   return {};
 }
 
@@ -242,7 +281,7 @@ std::string check_norm_epilogue(const NormSpec& spec) {
   for (const PwScalar& s : p.scalars) {
     if (s.is_argument) return "a norm epilogue takes no scalar arguments";
   }
-  if (std::string problem = validate(p); !problem.empty()) return "epilogue: " + problem;
+  if (std::string problem = validate_embedded(p); !problem.empty()) return "epilogue: " + problem;
   return {};
 }
 
@@ -335,7 +374,7 @@ std::string validate(const PoolSpec& spec) {
     return "the prologue's iteration space is [N, C, H, W] (the backward's [N, C, OH, OW]), rank 4";
   if (prologue.outputs.size() != 1)
     return "the prologue must have exactly one output (the value pooled, or the gradient)";
-  if (std::string p = validate(prologue); !p.empty()) return "prologue: " + p;
+  if (std::string p = validate_embedded(prologue); !p.empty()) return "prologue: " + p;
   if (prologue.outputs[0].tensor.dtype != spec.dtype)
     return "the prologue's output is " + name(prologue.outputs[0].tensor.dtype) +
            ", the pool's values " + name(spec.dtype);

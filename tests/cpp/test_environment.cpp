@@ -19,6 +19,7 @@ const char* a_b_run(const char* name) {
   if (n == "MYBACKEND_GENERATED_KERNELS") return "off";
   if (n == "MYBACKEND_NVRTC_TARGET") return "compute_80";
   if (n == "MYBACKEND_VIEW_REPLAY") return "0";
+  if (n == "MYBACKEND_FUSED_CATS") return "off";
   return nullptr;
 }
 
@@ -28,6 +29,7 @@ TEST(Environment, NothingSetIsTheDefaults) {
   EXPECT_EQ(options.codegen.switched_off, "");
   EXPECT_EQ(options.codegen.forced_target, "");
   EXPECT_TRUE(options.view_replay);
+  EXPECT_TRUE(options.fusion.concatenations);
 }
 
 TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
@@ -38,6 +40,7 @@ TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
   EXPECT_NE(options.codegen.switched_off.find("MYBACKEND_GENERATED_KERNELS"), std::string::npos);
   EXPECT_EQ(options.codegen.forced_target, "compute_80");
   EXPECT_FALSE(options.view_replay);
+  EXPECT_FALSE(options.fusion.concatenations);
 }
 
 TEST(Environment, KnobsSetByNameCheckTheirValues) {

@@ -10,6 +10,7 @@ squeeze-excitation with hard-swish and SiLU, grouped-query attention with
 rotary positions, partial rotary embeddings (slices whose gradients are
 scattered into zeros), relative position bias, an audio encoder's convolutions, a
 mixture of experts. Tiny variants keep the whole sample within minutes.
+(Channel-concatenating nets run in fp32: tests/gpu/test_concatenation.py.)
 """
 
 from __future__ import annotations

@@ -151,6 +151,38 @@ __device__ __forceinline__ void issue_strided(const T* __restrict__ p, I stride,
   }
 }
 
+// Bit k set when element k of a vector, at coordinate c + k * step along
+// a guard's axis (step 1 when the axis is the walk's innermost dim, else
+// 0), lies in [lo, hi) (Note [Concatenations in pointwise kernels]).
+template <int N, class I>
+__device__ __forceinline__ unsigned range_mask(I c, I step, long long lo, long long hi) {
+  unsigned mask = 0;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const long long at = static_cast<long long>(c) + static_cast<long long>(k) * step;
+    mask |= (at >= lo && at < hi ? 1u : 0u) << k;
+  }
+  return mask;
+}
+
+// issue_strided for a guarded operand: element k is read only when bit k
+// of `mask` is set, and is 0 otherwise, so no element outside the piece is
+// touched (Note [Concatenations in pointwise kernels]).
+template <int N, class T, class I>
+__device__ __forceinline__ void issue_guarded(const T* __restrict__ p, I stride, unsigned mask,
+                                              StridedRaw<N, T>& raw) {
+  if (mask == (1u << N) - 1u) {
+    issue_strided<N>(p, stride, raw);
+    return;
+  }
+  raw.broadcast = mask == 0;
+  raw.single = T{};
+  if (mask == 0) return;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    raw.bits.elems[k] = (mask >> k) & 1u ? p[static_cast<I>(k) * stride] : T{};
+}
+
 // Element k of a strided operand in its compute type.
 template <int N, class T>
 __device__ __forceinline__ auto strided_at(const StridedRaw<N, T>& raw, int k) {

@@ -32,7 +32,8 @@ struct ParamRole {
     Period,
     PeriodDivisor,
     Block,
-    BlockDivisor
+    BlockDivisor,
+    CoordDim
   };
   Kind kind = Kind::Numel;
   int index = -1;  // the tensor or the scalar
@@ -54,6 +55,8 @@ std::vector<ParamRole> parameter_roles(const KernelEntry& entry, std::size_t n_i
     const std::string& n = p.name;
     if (starts(n, "scalar")) {
       out.push_back({Kind::Scalar, static_cast<int>(std::stoul(n.substr(6)))});
+    } else if (starts(n, "coord_dim")) {
+      out.push_back({Kind::CoordDim, static_cast<int>(std::stoul(n.substr(9)))});
     } else if (n == "numel") {
       out.push_back({Kind::Numel, -1});
     } else if (n == "shape") {
@@ -86,6 +89,14 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
         vector_width_(pointwise_vector_width(group_->spec)) {
     for (const Variant& v : variants_)
       parameter_roles_.push_back(parameter_roles(v.kernel.entries[0], group_->inputs.size()));
+    // Note [Concatenations in pointwise kernels]: what launch() indexes.
+    const std::size_t rank = graph.value(group_->outputs[0]).tensor.rank();
+    MB_CHECK(static_cast<int>(group_->coord_dims.size()) == group_->spec.coords,
+             "a pointwise group has ", group_->coord_dims.size(), " coordinate dims for ",
+             group_->spec.coords, " axes");
+    for (int dim : group_->coord_dims)
+      MB_CHECK(dim >= 0 && static_cast<std::size_t>(dim) < rank, "coordinate dim ", dim,
+               " outside the output's rank ", rank);
   }
 
  private:
@@ -136,9 +147,19 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     std::int64_t numel = 1;
     for (std::int64_t s : *shape) numel *= s;
     std::vector<std::vector<std::int64_t>> strides(g.inputs.size() + g.outputs.size());
+    // Note [Concatenations in pointwise kernels]: a guarded input walks its
+    // piece's shape, its pointer moved back by its range's first coordinates.
+    std::vector<std::int64_t> shifts(tensors.size(), 0);
     for (std::size_t k = 0; k < tensors.size(); ++k) {
-      if (!iteration_strides(tensors[k], *shape, strides[k]))
+      const std::vector<std::int64_t> walked = piece_shape(k, *shape);
+      if (!iteration_strides(tensors[k], walked, strides[k]))
         return fail("input " + std::to_string(k) + " does not broadcast to the output shape");
+      for (const PwGuard& guard : g.spec.guards) {
+        if (static_cast<std::size_t>(guard.input) != k) continue;
+        const auto dim =
+            static_cast<std::size_t>(g.coord_dims[static_cast<std::size_t>(guard.axis)]);
+        shifts[k] += g.spec.scalars[static_cast<std::size_t>(guard.lo)].i * strides[k][dim];
+      }
     }
     const c10::Device device = tensors[0].device();
     c10::cuda::CUDAGuard guard(device);
@@ -150,20 +171,38 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
                                               tensors[0].options().dtype(dtype)));
       iteration_strides(tensors.back(), *shape, strides[g.inputs.size() + k]);
     }
+    shifts.resize(tensors.size(), 0);
+    // Note [Concatenations in pointwise kernels]: one stride vector per
+    // coordinate axis, 1 on its dim and 0 elsewhere, keeps the axis a dim of
+    // its own through coalescing and says where it ends up.
+    for (int dim : g.coord_dims) {
+      std::vector<std::int64_t> marker(shape->size(), 0);
+      marker[static_cast<std::size_t>(dim)] = 1;
+      strides.push_back(std::move(marker));
+    }
     if (!g.order.empty()) {  // Note [Iteration order] in pointwise_planner.h
       *shape = permuted(*shape, g.order);
       for (auto& s : strides) s = permuted(s, g.order);
     }
     if (group_->spec.tuning.pw_coalesce_dims)
       coalesce_dims(*shape, strides);  // Note [Coalesced dims]
+    std::vector<std::int64_t> coord_positions;
+    for (std::size_t a = 0; a < g.coord_dims.size(); ++a) {
+      const std::vector<std::int64_t>& marker = strides[tensors.size() + a];
+      const auto at =
+          std::find_if(marker.begin(), marker.end(), [](std::int64_t v) { return v != 0; });
+      // A dim of size 1 is dropped: its coordinate is 0 everywhere.
+      coord_positions.push_back(at == marker.end() ? -1 : at - marker.begin());
+    }
+    strides.resize(tensors.size());
     if (numel > 0) {
       std::vector<TensorArg> args;
       for (const auto& t : g.spec.inputs) args.push_back(t);
       for (const auto& o : g.spec.outputs) args.push_back(o.tensor);
       std::vector<PeriodicLayout> periodic;
       const bool fast = has_fast() && fast_fits(tensors, args, strides, *shape, numel, periodic);
-      launch_variant(fast ? 0 : variants_.size() - 1, tensors, strides, *shape, numel, periodic,
-                     device.index());
+      launch_variant(fast ? 0 : variants_.size() - 1, tensors, shifts, strides, *shape, numel,
+                     periodic, coord_positions, device.index());
     }
     for (std::size_t k = 0; k < g.outputs.size(); ++k) {
       slots[static_cast<std::size_t>(g.outputs[k])] = tensors[g.inputs.size() + k];
@@ -171,10 +210,26 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     return true;
   }
 
+  // The shape input k walks: the output's, or for a guarded input (Note
+  // [Concatenations in pointwise kernels]) its range's length on each of
+  // its guards' dims.
+  std::vector<std::int64_t> piece_shape(std::size_t k, std::vector<std::int64_t> shape) const {
+    const PointwiseGroup& g = *group_;
+    for (const PwGuard& guard : g.spec.guards) {
+      if (static_cast<std::size_t>(guard.input) != k) continue;
+      const auto dim = static_cast<std::size_t>(g.coord_dims[static_cast<std::size_t>(guard.axis)]);
+      shape[dim] = g.spec.scalars[static_cast<std::size_t>(guard.hi)].i -
+                   g.spec.scalars[static_cast<std::size_t>(guard.lo)].i;
+    }
+    return shape;
+  }
+
   void launch_variant(std::size_t v, const std::vector<at::Tensor>& tensors,
+                      const std::vector<std::int64_t>& shifts,
                       const std::vector<std::vector<std::int64_t>>& strides,
                       const std::vector<std::int64_t>& shape, std::int64_t numel,
-                      const std::vector<PeriodicLayout>& periodic, int device_index) const {
+                      const std::vector<PeriodicLayout>& periodic,
+                      const std::vector<std::int64_t>& coord_positions, int device_index) const {
     using Kind = ParamRole::Kind;
     const KernelEntry& entry = variants_[v].kernel.entries[0];
     const std::vector<ParamRole>& roles = parameter_roles_[v];
@@ -182,7 +237,11 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     for (std::size_t i = 0; i < entry.params.size(); ++i) {
       const auto k = static_cast<std::size_t>(roles[i].index);
       switch (roles[i].kind) {
-        case Kind::Pointer: args.set_pointer(i, tensors[k].data_ptr()); break;
+        case Kind::Pointer:  // guarded inputs start lo strides early (never read there)
+          args.set_pointer(i, static_cast<char*>(tensors[k].data_ptr()) -
+                                  shifts.at(k) * static_cast<std::int64_t>(tensors[k].itemsize()));
+          break;
+        case Kind::CoordDim: args.set_int(i, coord_positions.at(k)); break;
         case Kind::Strides: args.set_dims(i, strides[k]); break;
         case Kind::Shape: args.set_dims(i, shape); break;
         case Kind::ShapeDivisors:  // Note [Divisors as multipliers]
