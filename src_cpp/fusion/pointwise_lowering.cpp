@@ -12,6 +12,8 @@ namespace mybackend {
 namespace {
 
 constexpr const char* kCatOp = "aten::cat.default";
+// A kernel body this long compiles slowly and gains nothing over ATen.
+constexpr std::size_t kMaxInstructions = 2048;
 
 // Thrown inside a builder; add_node turns it into the returned reason.
 struct Refuse {
@@ -590,6 +592,11 @@ void PointwiseSsa::lower_cat(const Node& node) {
     space_ = outer;
     values_ = std::move(other_spaces_[space_]);
     pieces.emplace_back(piece, base + at);
+    // Each space lowers what it reads again: nested concatenations that
+    // read one value in many spaces must not grow the kernel without bound.
+    if (spec_.instrs.size() > kMaxInstructions)
+      throw Refuse{"the pieces' spaces take more than " + std::to_string(kMaxInstructions) +
+                   " instructions"};
   }
   if (pieces.empty() || at != *extent) throw Refuse{"the pieces do not cover the concatenation"};
   std::int32_t coord = -1;

@@ -140,6 +140,24 @@ TEST(Concatenation, TheSwitchLeavesConcatenationsToAten) {
   EXPECT_NE(all_whys(p).find("MYBACKEND_FUSED_CATS=0"), std::string::npos) << all_whys(p);
 }
 
+TEST(Concatenation, NestedSpacesDoNotGrowWithoutBound) {
+  // cat([c, c]) twelve times over, each level doubling the spaces that read
+  // the one exp below: 4096 copies of it. The group is refused and says why.
+  GraphBuilder b;
+  TensorType t = tensor(DType::Float32, {2, 1});
+  ValueId c = node1(b, "aten::exp.default", {v(b.add_input(out(t, "x")))}, t, "e");
+  for (int level = 0; level < 12; ++level) {
+    t = tensor(DType::Float32, {2, t.sizes[1].static_value() * 2});
+    c = cat(b, {c, c}, 1, t, "c");
+  }
+  const ValueId y = node1(b, "aten::neg.default", {v(c)}, t, "y");
+  b.set_outputs({v(y)});
+  const Planned p = plan(b);
+  for (const KernelGroup* g : p.groups(KernelKind::Pointwise))
+    EXPECT_LE(g->get<PointwiseGroup>()->spec.instrs.size(), 2048u + 64u);
+  EXPECT_NE(all_whys(p).find("more than 2048 instructions"), std::string::npos) << all_whys(p);
+}
+
 TEST(Concatenation, LoneConcatenationStaysAten) {
   GraphBuilder b;
   const TensorType at = tensor(DType::Float32, {4, 8});
