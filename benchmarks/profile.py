@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         for backend in args.backends.split(","):
             reset_dynamo()
             try:
-                table = kernel_table(backend, task, args.steps, args.top, args.host, args.shapes)
+                table = kernel_table(
+                    backend, task, args.steps, args.top, args.host or args.shapes, args.shapes
+                )
             except Exception as exc:  # one failing backend must not end the run
                 table = f"### {backend}: failed ({type(exc).__name__}: {exc})"[:300]
             sections.append(f"## {model} {args.scenario} batch {args.batch}\n\n{table}\n")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import pytest
 import torch
 
 from benchmarks.profile import cpu_table, host_ms_per_step
@@ -43,3 +45,25 @@ def test_cpu_table_splits_an_op_by_its_input_shapes() -> None:
         "[[8, 8], [8, 8]]",
         "[[64, 64], [64, 64]]",
     }
+
+
+def test_shapes_brings_the_host_table(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # --shapes alone once profiled the GPU only (session 41's pythia run lost
+    # its host table): it implies --host.
+    import benchmarks.profile as profile
+
+    seen: list[tuple[bool, bool]] = []
+
+    def fake_table(
+        backend: str, task: object, steps: int, top: int, host: bool, shapes: bool
+    ) -> str:
+        seen.append((host, shapes))
+        return "table"
+
+    monkeypatch.setattr(profile.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(profile, "kernel_table", fake_table)
+    monkeypatch.setattr(profile, "reset_dynamo", lambda: None)
+    monkeypatch.setattr(profile, "Task", lambda workload: workload)  # builds nothing on a GPU
+    argv = ["--models", "resnet18", "--backends", "eager", "--shapes", "--out", str(tmp_path)]
+    assert profile.main(argv) == 0
+    assert seen == [(True, True)]
