@@ -375,6 +375,46 @@ TEST(PlanArchive, APlanOfThePlannersAloneRoundTrips) {
   }
 }
 
+TEST(PlanArchive, AConcatenationsCoordinatesAndGuardsRoundTrip) {
+  // Note [Concatenations in pointwise kernels]: relu(cat([a, b], 1) * 2).
+  GraphBuilder b;
+  const TensorType at = nchw(BF16, {2, 8, 3, 3}, true);
+  const TensorType bt = nchw(BF16, {2, 24, 3, 3}, true);
+  const TensorType yt = nchw(BF16, {2, 32, 3, 3}, true);
+  const ValueId a = b.add_input(out(at, "a"));
+  const ValueId c = b.add_input(out(bt, "b"));
+  const ValueId joined = node1(b, "aten::cat.default",
+                               {Argument::of_list({v(a), v(c)}), Argument::of_int(1)}, yt, "cat");
+  const ValueId scaled =
+      node1(b, "aten::mul.Tensor", {v(joined), Argument::of_float(2.0)}, yt, "scaled");
+  const ValueId y = node1(b, "aten::relu.default", {v(scaled)}, yt, "y");
+  b.set_outputs({v(y)});
+  const Planned p = plan(b);
+  const auto groups = p.groups(KernelKind::Pointwise);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const std::size_t nodes = p.graph.nodes().size();
+  CorePlan core;
+  core.decisions.assign(nodes, SupportDecision{true, OpClass::Pointwise, ""});
+  core.partitions =
+      partition_graph(p.graph, std::vector<bool>(nodes, true), std::vector<bool>(nodes, false), {});
+  core.fusion = p.plan;
+  PlanningOptions planning;
+  planning.fusion = generated_options();
+  const std::string bytes = save_plan(p.graph, planning, core);
+  const CorePlan loaded = load_plan(p.graph, planning, bytes);
+  const PointwiseGroup* before = groups[0]->get<PointwiseGroup>();
+  const PointwiseGroup* after = nullptr;
+  for (const auto& partition : loaded.fusion.partitions)
+    for (const auto& g : partition.groups)
+      if (g.get<PointwiseGroup>() != nullptr) after = g.get<PointwiseGroup>();
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->coord_dims, before->coord_dims);
+  EXPECT_EQ(after->coord_dims, std::vector<int>{1});
+  EXPECT_EQ(after->spec.to_string(), before->spec.to_string());
+  EXPECT_EQ(after->general.guards.size(), 2u);
+  EXPECT_EQ(save_plan(p.graph, planning, loaded), bytes);
+}
+
 TEST(PlanArchive, EveryTruncationIsAnError) {
   for (const NamedGraph& named : graphs()) {
     SCOPED_TRACE(named.name);
