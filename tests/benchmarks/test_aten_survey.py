@@ -21,6 +21,23 @@ def test_a_graph_is_planned_as_on_cuda() -> None:
     assert plan.groups.get("pointwise") == 1  # relu and the add: one generated kernel
 
 
+def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def test_a_rotary_embeddings_concatenation_is_planned_inside_its_kernel(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Note [Concatenations in pointwise kernels], through the Python lowering
+    # (the pieces' list argument) and the core on fake CUDA tensors.
+    inputs = (torch.randn(2, 3, 5, 8), torch.randn(5, 8), torch.randn(5, 8))
+    gm = make_fx(_rotary, tracing_mode="fake")(*inputs)
+    plan = aten_survey.plan_graph(gm, "inference", Options.from_user(None, {}))
+    assert plan.aten_ops == {} and plan.groups == {"pointwise": 1}, plan
+    monkeypatch.setenv("MYBACKEND_FUSED_CATS", "0")
+    plan = aten_survey.plan_graph(gm, "inference", Options.from_user(None, {}))
+    assert plan.aten_ops.get("aten::cat.default") == 1, plan
+
+
 def test_a_training_survey_plans_the_forward_and_the_backward() -> None:
     survey = aten_survey.survey_model("mlp", "training")
     assert survey.error is None
