@@ -599,21 +599,10 @@ void PointwiseSsa::lower_cat(const Node& node) {
                    " instructions"};
   }
   if (pieces.empty() || at != *extent) throw Refuse{"the pieces do not cover the concatenation"};
-  std::int32_t coord = -1;
-  for (std::size_t id = 0; id < spec_.instrs.size() && coord < 0; ++id) {
-    const PwInstr& in = spec_.instrs[id];
-    if (in.op == PwOp::Coord && in.index == axis) coord = static_cast<std::int32_t>(id);
-  }
-  if (coord < 0) coord = emit(PwOp::Coord, DType::Int64, {}, axis);
+  const std::int32_t coord = leaf(PwOp::Coord, DType::Int64, axis);
   std::int32_t result = pieces.back().first;
   for (std::size_t k = pieces.size() - 1; k-- > 0;) {
-    const std::int32_t scalar = bound(pieces[k].second);
-    std::int32_t end = -1;
-    for (std::size_t id = 0; id < spec_.instrs.size() && end < 0; ++id) {
-      const PwInstr& in = spec_.instrs[id];
-      if (in.op == PwOp::Scalar && in.index == scalar) end = static_cast<std::int32_t>(id);
-    }
-    if (end < 0) end = emit(PwOp::Scalar, DType::Int64, {}, scalar);
+    const std::int32_t end = leaf(PwOp::Scalar, DType::Int64, bound(pieces[k].second));
     const std::int32_t below = emit(PwOp::Lt, DType::Bool, {coord, end});
     result = emit(PwOp::Where, out.dtype, {below, pieces[k].first, result});
   }
@@ -695,15 +684,19 @@ std::int32_t PointwiseSsa::literal(DType dtype, double f, std::int64_t i) {
   for (std::size_t k = 0; k < spec_.scalars.size(); ++k) {
     const PwScalar& o = spec_.scalars[k];
     if (o.dtype == s.dtype && !o.is_argument && o.i == s.i &&
-        (o.f == s.f || (o.f != o.f && s.f != s.f))) {
-      for (std::size_t id = 0; id < spec_.instrs.size(); ++id) {
-        if (spec_.instrs[id].op == PwOp::Scalar && spec_.instrs[id].index == static_cast<int>(k))
-          return static_cast<std::int32_t>(id);
-      }
-    }
+        (o.f == s.f || (o.f != o.f && s.f != s.f)))
+      return leaf(PwOp::Scalar, dtype, static_cast<std::int32_t>(k));
   }
   spec_.scalars.push_back(s);
   return emit(PwOp::Scalar, dtype, {}, static_cast<std::int32_t>(spec_.scalars.size() - 1));
+}
+
+std::int32_t PointwiseSsa::leaf(PwOp op, DType dtype, std::int32_t index) {
+  for (std::size_t id = 0; id < spec_.instrs.size(); ++id) {
+    const PwInstr& in = spec_.instrs[id];
+    if (in.op == op && in.index == index) return static_cast<std::int32_t>(id);
+  }
+  return emit(op, dtype, {}, index);
 }
 
 }  // namespace mybackend

@@ -78,6 +78,8 @@ class PointwiseSsa {
   std::int32_t emit(PwOp op, DType dtype, std::vector<std::int32_t> args, std::int32_t index = -1);
   std::int32_t cast(std::int32_t instr, DType to);
   std::int32_t literal(DType dtype, double f, std::int64_t i);
+  // The instruction of leaf `op` (Scalar, Coord) at `index`, emitted once.
+  std::int32_t leaf(PwOp op, DType dtype, std::int32_t index);
   std::int32_t bound(std::int64_t value);  // the i64 kernel-argument scalar of that value
   Rep value(ValueId v);
   void lower(const Node& node);      // throws Refuse

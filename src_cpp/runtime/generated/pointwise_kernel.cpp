@@ -148,18 +148,21 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
     for (std::int64_t s : *shape) numel *= s;
     std::vector<std::vector<std::int64_t>> strides(g.inputs.size() + g.outputs.size());
     // Note [Concatenations in pointwise kernels]: a guarded input walks its
-    // piece's shape, its pointer moved back by its range's first coordinates.
-    std::vector<std::int64_t> shifts(tensors.size(), 0);
+    // piece's shape, its pointer moved back by its range's first coordinates
+    // (`shifts`, elements per tensor; empty when the group has no guards).
+    const bool guarded = !g.spec.guards.empty();
+    std::vector<std::int64_t> piece;
     for (std::size_t k = 0; k < tensors.size(); ++k) {
-      const std::vector<std::int64_t> walked = piece_shape(k, *shape);
-      if (!iteration_strides(tensors[k], walked, strides[k]))
+      if (guarded) piece = piece_shape(k, *shape);
+      if (!iteration_strides(tensors[k], guarded ? piece : *shape, strides[k]))
         return fail("input " + std::to_string(k) + " does not broadcast to the output shape");
-      for (const PwGuard& guard : g.spec.guards) {
-        if (static_cast<std::size_t>(guard.input) != k) continue;
-        const auto dim =
-            static_cast<std::size_t>(g.coord_dims[static_cast<std::size_t>(guard.axis)]);
-        shifts[k] += g.spec.scalars[static_cast<std::size_t>(guard.lo)].i * strides[k][dim];
-      }
+    }
+    std::vector<std::int64_t> shifts;
+    if (guarded) shifts.assign(g.inputs.size() + g.outputs.size(), 0);
+    for (const PwGuard& guard : g.spec.guards) {
+      const auto k = static_cast<std::size_t>(guard.input);
+      const auto dim = static_cast<std::size_t>(g.coord_dims[static_cast<std::size_t>(guard.axis)]);
+      shifts[k] += g.spec.scalars[static_cast<std::size_t>(guard.lo)].i * strides[k][dim];
     }
     const c10::Device device = tensors[0].device();
     c10::cuda::CUDAGuard guard(device);
@@ -171,7 +174,6 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
                                               tensors[0].options().dtype(dtype)));
       iteration_strides(tensors.back(), *shape, strides[g.inputs.size() + k]);
     }
-    shifts.resize(tensors.size(), 0);
     // Note [Concatenations in pointwise kernels]: one stride vector per
     // coordinate axis, 1 on its dim and 0 elsewhere, keeps the axis a dim of
     // its own through coalescing and says where it ends up.
@@ -238,8 +240,10 @@ class PointwiseKernel final : public GroupKernel<PointwiseGroup> {
       const auto k = static_cast<std::size_t>(roles[i].index);
       switch (roles[i].kind) {
         case Kind::Pointer:  // guarded inputs start lo strides early (never read there)
-          args.set_pointer(i, static_cast<char*>(tensors[k].data_ptr()) -
-                                  shifts.at(k) * static_cast<std::int64_t>(tensors[k].itemsize()));
+          args.set_pointer(
+              i, shifts.empty() ? tensors[k].data_ptr()
+                                : static_cast<char*>(tensors[k].data_ptr()) -
+                                      shifts[k] * static_cast<std::int64_t>(tensors[k].itemsize()));
           break;
         case Kind::CoordDim: args.set_int(i, coord_positions.at(k)); break;
         case Kind::Strides: args.set_dims(i, strides[k]); break;
