@@ -15,17 +15,23 @@ on an idle GPU to its return (launching, not waiting). A step whose host
 time exceeds its GPU time is bound by the host, and faster kernels will not
 show in its wall time. ``--host`` adds the CPU side's own table: the ops
 and mybackend's engine ranges (Note [Profiler ranges]) by self CPU time;
-``--shapes`` splits its rows by the ops' input shapes.
+``--shapes`` splits its rows by the ops' input shapes. ``--host-split``
+times mybackend's own steps without the profiler (Note [Host time by step]
+in src_cpp/runtime/host_times.h): per step, each engine kind, each ATen
+operator the graphs run, the graphs' runs and calls from Python, and what the
+step spends outside the compiled graphs.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -37,6 +43,7 @@ from benchmarks.common import reset_dynamo
 from benchmarks.report import markdown_table
 from benchmarks.runner import Settings
 from benchmarks.scenarios import Task, Workload
+from mybackend.reports import collecting, host_times_by_label
 
 
 def _synchronize() -> None:
@@ -87,17 +94,69 @@ def cpu_table(step: Callable[[], None], steps: int, top: int, shapes: bool = Fal
     return head + markdown_table(columns, rows)
 
 
+HostTotals = dict[str, tuple[int, float]]
+
+
+def host_split_table(before: HostTotals, after: HostTotals, steps: int, host_ms: float) -> str:
+    """The host time per step of ``steps`` steps by step label, from the
+    summed host times (host_times_by_label) before and after them; the row
+    "outside the compiled graphs" is ``host_ms`` less the calls from Python."""
+    per_step: dict[str, tuple[float, float]] = {}
+    for label, (calls, us) in after.items():
+        was_calls, was_us = before.get(label, (0, 0.0))
+        if calls > was_calls:
+            per_step[label] = ((calls - was_calls) / steps, (us - was_us) / steps)
+    if not per_step:
+        return "No host times: the graphs were not compiled with MYBACKEND_HOST_TIMES=1."
+    boundary = "call from Python (run included)"
+    inside_us = per_step.get(boundary, (0.0, 0.0))[1]
+    rows = [[label, f"{calls:.0f}", f"{us:.0f}"] for label, (calls, us) in per_step.items()]
+    rows.sort(key=lambda r: (r[0] != boundary, r[0] != "run (whole graph)", -float(r[2])))
+    rows.insert(0, ["outside the compiled graphs", "", f"{1e3 * host_ms - inside_us:.0f}"])
+    head = (
+        f"mybackend's host time per step by step label, no profiler ({host_ms:.3f} ms a step; "
+        "the engine rows include their ATen form when they fall back):\n\n"
+    )
+    return head + markdown_table(("label", "calls", "us"), rows)
+
+
+@contextlib.contextmanager
+def _host_times_on(on: bool) -> Iterator[None]:
+    """MYBACKEND_HOST_TIMES=1 for the graphs compiled inside (read at each compile)."""
+    old = os.environ.get("MYBACKEND_HOST_TIMES")
+    if on:
+        os.environ["MYBACKEND_HOST_TIMES"] = "1"
+    try:
+        yield
+    finally:
+        if on:
+            if old is None:
+                del os.environ["MYBACKEND_HOST_TIMES"]
+            else:
+                os.environ["MYBACKEND_HOST_TIMES"] = old
+
+
 def kernel_table(
-    backend: str, task: Task, steps: int, top: int, host: bool = False, shapes: bool = False
+    backend: str,
+    task: Task,
+    steps: int,
+    top: int,
+    host: bool = False,
+    shapes: bool = False,
+    host_split: bool = False,
 ) -> str:
-    runner = task.runner(resolve(backend))
-    runner.first()
-    # As many as the benchmark rows warm up: fewer would profile mybackend's
-    # eager floor while it still alternates the two sides (Note [Eager is the
-    # floor]), mixing the ATen graph's kernels into the compiled graph's.
-    for _ in range(Settings().warmup):
-        runner.step()
+    split = host_split and backend.startswith("mybackend")
+    with collecting() as records, _host_times_on(split):
+        runner = task.runner(resolve(backend))
+        runner.first()
+        # As many as the benchmark rows warm up: fewer would profile mybackend's
+        # eager floor while it still alternates the two sides (Note [Eager is the
+        # floor]), mixing the ATen graph's kernels into the compiled graph's.
+        for _ in range(Settings().warmup):
+            runner.step()
+    before = host_times_by_label(records)
     host_ms = host_ms_per_step(runner.step, steps)
+    split_text = host_split_table(before, host_times_by_label(records), steps, host_ms)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             runner.step()
@@ -119,6 +178,8 @@ def kernel_table(
         f"{host_ms:.3f} ms of host time per step\n\n"
     )
     table = head + markdown_table(("kernel", "us/step", "calls/step", "share"), rows)
+    if split:
+        table += "\n\n" + split_text
     if host:
         table += "\n\n" + cpu_table(runner.step, min(steps, 3), top, shapes)
     return table
@@ -134,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--host", action="store_true", help="add the CPU-side table per backend")
     p.add_argument("--shapes", action="store_true", help="--host, its rows split by input shapes")
+    p.add_argument(
+        "--host-split",
+        action="store_true",
+        help="mybackend's host time per step by engine kind and ATen op, without the profiler",
+    )
     p.add_argument("--out", type=Path, default=Path("bench_out/profile"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -146,7 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             reset_dynamo()
             try:
                 table = kernel_table(
-                    backend, task, args.steps, args.top, args.host or args.shapes, args.shapes
+                    backend,
+                    task,
+                    args.steps,
+                    args.top,
+                    args.host or args.shapes,
+                    args.shapes,
+                    args.host_split,
                 )
             except Exception as exc:  # one failing backend must not end the run
                 table = f"### {backend}: failed ({type(exc).__name__}: {exc})"[:300]

@@ -149,6 +149,11 @@ class CompiledGraphFunction:
         """Execution counters of the C++ runtime (see _C.CompiledGraph.stats)."""
         return self._compiled.stats()  # type: ignore[no-any-return]
 
+    def host_times(self) -> list[tuple[str, int, float]]:
+        """Host time by step label, (label, calls, microseconds) each (see
+        _C.CompiledGraph.host_times); empty unless MYBACKEND_HOST_TIMES=1."""
+        return self._compiled.host_times()  # type: ignore[no-any-return]
+
     def report(self) -> dict[str, Any]:
         return self._compiled.report()  # type: ignore[no-any-return]
 

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch.fx
@@ -142,6 +142,24 @@ def graph_stats(record: GraphRecord) -> dict[str, int]:
     """The run counters of one graph (calls, partitions run, CUDA-graph replays...)."""
     stats = getattr(record.compiled, "stats", None)
     return dict(stats()) if stats is not None else {}
+
+
+def graph_host_times(record: GraphRecord) -> list[tuple[str, int, float]]:
+    """Host time of one graph's calls by step label, (label, calls,
+    microseconds) each; empty unless compiled with MYBACKEND_HOST_TIMES=1
+    (Note [Host time by step] in src_cpp/runtime/host_times.h)."""
+    host_times = getattr(record.compiled, "host_times", None)
+    return list(host_times()) if host_times is not None else []
+
+
+def host_times_by_label(records: Sequence[GraphRecord]) -> dict[str, tuple[int, float]]:
+    """graph_host_times of several graphs summed per label: (calls, microseconds)."""
+    totals: dict[str, tuple[int, float]] = {}
+    for record in records:
+        for label, calls, us in graph_host_times(record):
+            before = totals.get(label, (0, 0.0))
+            totals[label] = (before[0] + calls, before[1] + us)
+    return totals
 
 
 def graph_floor(record: GraphRecord) -> str | None:

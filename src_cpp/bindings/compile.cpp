@@ -208,6 +208,7 @@ py::dict stats_to_dict(const CompiledGraph& compiled) {
 // are read, `args` holds no reference; the executor's slots hold the only
 // ones the runtime has.
 py::list run_boxed(const CompiledGraph& compiled, py::list args) {
+  const HostTimer timed = compiled.executor().time_boundary();  // Note [Host time by step]
   std::vector<c10::IValue> inputs;
   inputs.reserve(args.size());
   for (py::handle arg : args) inputs.push_back(to_ivalue(arg));
@@ -240,6 +241,7 @@ void bind_compile(py::module_& m) {
       .def(
           "run",
           [](const CompiledGraph& compiled, const py::list& args) {
+            const HostTimer timed = compiled.executor().time_boundary();
             std::vector<c10::IValue> inputs;
             inputs.reserve(args.size());
             for (py::handle arg : args) inputs.push_back(to_ivalue(arg));
@@ -284,6 +286,17 @@ void bind_compile(py::module_& m) {
           "plan with each kernel group's spec) and the planning options it was made under, as "
           "versioned bytes for compile_planned (Note [Plan archive]).")
       .def("stats", &stats_to_dict)
+      .def(
+          "host_times",
+          [](const CompiledGraph& compiled) {
+            py::list out;
+            for (const HostTimeRow& row : compiled.executor().host_times())
+              out.append(py::make_tuple(row.label, row.calls, row.nanoseconds / 1000.0));
+            return out;
+          },
+          "The host time of the calls so far by step label, (label, calls, microseconds) each, "
+          "the calls from Python and the whole runs first (Note [Host time by step]); empty "
+          "unless the graph was compiled with MYBACKEND_HOST_TIMES=1.")
       .def_property_readonly("graph",
                              [](const CompiledGraph& c) { return c.graph().to_text(true); });
 

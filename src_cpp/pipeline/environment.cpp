@@ -14,6 +14,12 @@ bool switched_off(const char* value) {
   return text == "0" || text == "off" || text == "false";
 }
 
+bool switched_on(const char* value) {
+  if (value == nullptr) return false;
+  const std::string text(value);
+  return text == "1" || text == "on" || text == "true";
+}
+
 }  // namespace
 
 CompileOptions options_from_environment(const char* (*env)(const char*)) {
@@ -23,6 +29,7 @@ CompileOptions options_from_environment(const char* (*env)(const char*)) {
     options.codegen.switched_off =
         "generated kernels are switched off by MYBACKEND_GENERATED_KERNELS";
   options.view_replay = !switched_off(env("MYBACKEND_VIEW_REPLAY"));
+  options.host_times = switched_on(env("MYBACKEND_HOST_TIMES"));
   options.fusion.concatenations = !switched_off(env("MYBACKEND_FUSED_CATS"));
   if (const char* target = env("MYBACKEND_NVRTC_TARGET"); target != nullptr)
     options.codegen.forced_target = target;

@@ -7,7 +7,8 @@
 // the generated-kernel kill switch MYBACKEND_GENERATED_KERNELS (Note
 // [Generated-kernel kill switch]), MYBACKEND_VIEW_REPLAY=0 (views through
 // the dispatcher on every call, Note [Views replayed without the
-// dispatcher]), MYBACKEND_FUSED_CATS=0 (concatenations left to ATen, Note
+// dispatcher]), MYBACKEND_HOST_TIMES=1 (the executor's host time by step,
+// Note [Host time by step]), MYBACKEND_FUSED_CATS=0 (concatenations left to ATen, Note
 // [Concatenations in pointwise kernels]) and MYBACKEND_NVRTC_TARGET, the target
 // NVRTC compiles for instead of the GPU's. They are read here, at each compile, into
 // the compile options that the options the caller passes then override; no

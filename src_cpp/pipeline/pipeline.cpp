@@ -50,9 +50,10 @@ void run_runtime(CompileState& state) {
                                    : std::nullopt);
     floor.cache_root = root.value_or("");
   }
-  state.executor = std::make_unique<Executor>(
-      state.graph, state.report.partitions, state.report.fusion, state.python_fallback,
-      std::move(state.compiles), floor, state.options.view_replay);
+  state.executor =
+      std::make_unique<Executor>(state.graph, state.report.partitions, state.report.fusion,
+                                 state.python_fallback, std::move(state.compiles), floor,
+                                 RunSettings{state.options.view_replay, state.options.host_times});
 }
 
 }  // namespace

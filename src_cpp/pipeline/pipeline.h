@@ -37,6 +37,9 @@ struct CompileOptions : PlanningOptions {
   // call (Note [Views replayed without the dispatcher] in
   // runtime/view_replay.h); MYBACKEND_VIEW_REPLAY=0 turns it off.
   bool view_replay = true;
+  // Host time by step label (Note [Host time by step] in
+  // runtime/host_times.h); MYBACKEND_HOST_TIMES=1 turns it on.
+  bool host_times = false;
 };
 
 // Everything a compile decides, kept for reports: the plan (decisions,

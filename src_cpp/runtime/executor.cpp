@@ -100,13 +100,19 @@ std::string group_plan_text(const Graph& graph, const KernelGroup& group) {
 
 Executor::Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
                    const FusionPlan& fusion, PythonFallback python_fallback,
-                   CompileFutures compiles, const GroupFloorSettings& floor, bool replay_views)
+                   CompileFutures compiles, const GroupFloorSettings& floor,
+                   const RunSettings& settings)
     : graph_(std::move(graph)),
-      replay_views_(replay_views),
+      replay_views_(settings.replay_views),
+      host_times_(settings.host_times ? std::make_unique<HostTimes>() : nullptr),
       binder_(*graph_),
       python_fallback_(std::move(python_fallback)) {
   std::size_t total_calls = graph_->nodes().size();
   calls_.reserve(total_calls);  // AtenCall addresses stay put: steps hold indices anyway
+  if (host_times_) {
+    run_host_slot_ = host_times_->slot(HostTimes::kRunLabel);
+    boundary_host_slot_ = host_times_->slot(HostTimes::kBoundaryLabel);
+  }
   prepare_engine_groups(fusion, compiles, floor);
   for (const ScheduleStep& scheduled : partitions.schedule) {
     if (scheduled.is_partition) {
@@ -176,13 +182,21 @@ void Executor::add_partition_steps(const FusionPlan& fusion, int partition) {
         continue;
       step.reads = engine.reads;
       if (engine.runner) step.engine = static_cast<int>(k);
+      if (engine.runner && host_times_)
+        step.host_slot =
+            host_times_->slot(kernel_kind_traits(engine.runner->kind()).profiler_range);
     }
     for (NodeId id : group.nodes) {
       step.calls.push_back(calls_.size());
       calls_.emplace_back(*graph_, graph_->node(id), replay_views_);
+      call_host_slots_.push_back(host_slot_of(calls_.size() - 1));
     }
     steps_.push_back(std::move(step));
   }
+}
+
+std::size_t Executor::host_slot_of(std::size_t call) {
+  return host_times_ ? host_times_->slot(calls_[call].node().op) : 0;
 }
 
 void Executor::add_node_step(const Node& node) {
@@ -193,15 +207,18 @@ void Executor::add_node_step(const Node& node) {
       step.kind = StepKind::AtenNode;
       step.calls.push_back(calls_.size());
       calls_.emplace_back(*graph_, node, replay_views_);
+      call_host_slots_.push_back(host_slot_of(calls_.size() - 1));
       break;
     case NodeKind::Builtin:
       MB_CHECK(is_known_builtin(node.op), "node ", node.name, " uses unknown builtin ", node.op);
       step.kind = StepKind::BuiltinNode;
+      if (host_times_) step.host_slot = host_times_->slot("mybackend::builtin");
       break;
     case NodeKind::Python:
       MB_CHECK(python_fallback_ != nullptr, "node ", node.name,
                " needs the Python fallback, which was not provided");
       step.kind = StepKind::PythonNode;
+      if (host_times_) step.host_slot = host_times_->slot("mybackend::python");
       break;
   }
   steps_.push_back(std::move(step));
@@ -258,6 +275,7 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
   MB_CHECK(inputs.size() == input_ids.size(), "the compiled graph takes ", input_ids.size(),
            " inputs, but ", inputs.size(), " were given");
   RECORD_FUNCTION("mybackend::run_graph", c10::ArrayRef<const c10::IValue>{});
+  const HostTimer timed_run(host_times_.get(), run_host_slot_);
   const SymbolBindings bindings = binder_.bind(inputs);
   ValueSlots slots(graph_->values().size());
   for (std::size_t i = 0; i < inputs.size(); ++i) slots[input_ids[i]] = std::move(inputs[i]);
@@ -279,15 +297,18 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) const {
 
 void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBindings& bindings,
                         PlannedOutputs& planned) const {
+  const HostTimes* times = host_times_.get();
   switch (step.kind) {
     case StepKind::KernelGroup:
       if (step.engine >= 0) {
+        const HostTimer timed(times, step.host_slot);
         if (!run_engine_group(step, slots, bindings, planned)) {
           for (std::size_t c : step.calls) run_call(c, slots);
         }
         finish_point(step.first_point, slots, planned);
       } else {
         for (std::size_t k = 0; k < step.calls.size(); ++k) {
+          const HostTimer timed(times, call_host_slots_[step.calls[k]]);
           run_call(step.calls[k], slots);
           finish_point(step.first_point + k, slots, planned);
         }
@@ -296,12 +317,15 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
       counters_.in_partitions.fetch_add(static_cast<std::int64_t>(step.calls.size()),
                                         std::memory_order_relaxed);
       return;
-    case StepKind::AtenNode:
+    case StepKind::AtenNode: {
+      const HostTimer timed(times, call_host_slots_[step.calls[0]]);
       run_call(step.calls[0], slots);
       finish_point(step.first_point, slots, planned);
       counters_.aten.fetch_add(1, std::memory_order_relaxed);
       return;
+    }
     case StepKind::BuiltinNode: {
+      const HostTimer timed(times, step.host_slot);
       RECORD_FUNCTION("mybackend::builtin", c10::ArrayRef<const c10::IValue>{});
       run_builtin(graph_->node(step.node), slots);
       finish_point(step.first_point, slots, planned);
@@ -309,6 +333,7 @@ void Executor::run_step(const Step& step, ValueSlots& slots, const SymbolBinding
       return;
     }
     case StepKind::PythonNode: {
+      const HostTimer timed(times, step.host_slot);
       RECORD_FUNCTION("mybackend::python", c10::ArrayRef<const c10::IValue>{});
       run_python(graph_->node(step.node), slots);
       finish_point(step.first_point, slots, planned);
@@ -424,6 +449,10 @@ ExecutionStats Executor::stats() const {
   stats.planned_outputs_taken = planned_counters_.taken.load();
   stats.planned_outputs_missed = planned_counters_.missed.load();
   return stats;
+}
+
+std::vector<HostTimeRow> Executor::host_times() const {
+  return host_times_ ? host_times_->rows() : std::vector<HostTimeRow>{};
 }
 
 std::vector<GeneratedGroupStatus> Executor::generated_groups() const {

@@ -27,6 +27,7 @@
 #include "runtime/generated/background_compile.h"
 #include "runtime/group_floor.h"
 #include "runtime/group_runner.h"
+#include "runtime/host_times.h"
 #include "runtime/kernel_kinds.h"
 #include "runtime/memory_plan.h"
 #include "runtime/planned_outputs.h"
@@ -77,6 +78,14 @@ struct GeneratedGroupStatus {
   std::string floor;      // its timings against its ATen form (GroupFloor::summary)
 };
 
+// How the executor runs, besides the plan.
+struct RunSettings {
+  // Note [Views replayed without the dispatcher] in view_replay.h.
+  bool replay_views = true;
+  // Note [Host time by step] in host_times.h.
+  bool host_times = false;
+};
+
 class Executor {
  public:
   // `compiles`: the codegen stage's runners of the plan's generated groups
@@ -84,10 +93,9 @@ class Executor {
   // `floor`: groups that allow it are timed against their ATen form, their
   // choices kept on disk (Note [A group is timed against its ATen form],
   // Note [Group floor choices on disk] in group_floor.h).
-  // `replay_views`: Note [Views replayed without the dispatcher] in view_replay.h.
   Executor(std::shared_ptr<const Graph> graph, const PartitionResult& partitions,
            const FusionPlan& fusion, PythonFallback python_fallback, CompileFutures compiles = {},
-           const GroupFloorSettings& floor = {}, bool replay_views = true);
+           const GroupFloorSettings& floor = {}, const RunSettings& settings = {});
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -95,6 +103,12 @@ class Executor {
   // [Input ownership] in recovery_window.h).
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs) const;
   ExecutionStats stats() const;
+  // The host time of the runs so far by step label (Note [Host time by
+  // step]); empty unless RunSettings::host_times.
+  std::vector<HostTimeRow> host_times() const;
+  // Times a call from Python to the graph and back, run included (null
+  // times nothing): the bindings' share of the host time.
+  HostTimer time_boundary() const { return HostTimer(host_times_.get(), boundary_host_slot_); }
   const Graph& graph() const { return *graph_; }
   // Every engine group of the fusion plan (generated kernels and matmul
   // groups), in plan order: compiled or not, and why it fell back to ATen
@@ -113,6 +127,9 @@ class Executor {
     // Values an engine group reads besides its nodes' inputs (a matmul group
     // reads the input of a transpose it sees through): kept alive for it.
     std::vector<ValueId> reads;
+    // Its label's slot of host_times_ (an engine step's, or its ATen
+    // calls': Note [Host time by step]).
+    std::size_t host_slot = 0;
     // Its first point of the memory plan. A step run by an engine, a builtin
     // or a Python node is one point; ATen calls are one point each, so a
     // value dies inside an ATen sequence right after its last reader.
@@ -142,9 +159,16 @@ class Executor {
   void run_builtin(const Node& node, ValueSlots& slots) const;
   void run_python(const Node& node, ValueSlots& slots) const;
 
+  // The slot of an ATen call's operator in host_times_.
+  std::size_t host_slot_of(std::size_t call);
+
   std::shared_ptr<const Graph> graph_;
   bool replay_views_ = true;  // Note [Views replayed without the dispatcher]
   std::vector<AtenCall> calls_;
+  // Note [Host time by step]: null unless timed; a slot per call of calls_.
+  std::unique_ptr<HostTimes> host_times_;
+  std::vector<std::size_t> call_host_slots_;
+  std::size_t run_host_slot_ = 0, boundary_host_slot_ = 0;
   std::vector<Step> steps_;
   // A group of the plan an engine runs (generated kernel or cuBLASLt call).
   struct EngineGroup {

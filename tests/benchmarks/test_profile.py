@@ -52,12 +52,12 @@ def test_shapes_brings_the_host_table(monkeypatch: pytest.MonkeyPatch, tmp_path:
     # its host table): it implies --host.
     import benchmarks.profile as profile
 
-    seen: list[tuple[bool, bool]] = []
+    seen: list[tuple[bool, bool, bool]] = []
 
     def fake_table(
-        backend: str, task: object, steps: int, top: int, host: bool, shapes: bool
+        backend: str, task: object, steps: int, top: int, host: bool, shapes: bool, split: bool
     ) -> str:
-        seen.append((host, shapes))
+        seen.append((host, shapes, split))
         return "table"
 
     monkeypatch.setattr(profile.torch.cuda, "is_available", lambda: True)
@@ -66,4 +66,32 @@ def test_shapes_brings_the_host_table(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setattr(profile, "Task", lambda workload: workload)  # builds nothing on a GPU
     argv = ["--models", "resnet18", "--backends", "eager", "--shapes", "--out", str(tmp_path)]
     assert profile.main(argv) == 0
-    assert seen == [(True, True)]
+    assert seen == [(True, True, False)]
+    assert profile.main([*argv, "--host-split"]) == 0
+    assert seen[-1] == (True, True, True)
+
+
+def test_host_split_table_is_per_step_and_counts_what_lies_outside_the_graphs() -> None:
+    # Note [Host time by step]: only the timed steps count (the totals before
+    # them are subtracted), per step, and the step's host time less the calls
+    # from Python is what the step spent outside the compiled graphs.
+    from benchmarks.profile import host_split_table
+
+    boundary, run = "call from Python (run included)", "run (whole graph)"
+    before = {boundary: (4, 4000.0), run: (4, 3000.0), "aten::mm": (8, 800.0)}
+    after = {
+        boundary: (8, 10000.0),
+        run: (8, 8000.0),
+        "aten::mm": (16, 2400.0),
+        "mybackend::pointwise": (4, 1200.0),
+        "aten::view.default": (0, 0.0),
+    }
+    text = host_split_table(before, after, steps=2, host_ms=5.0)
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ")]
+    cells = {r[0].strip(): (r[1].strip(), r[2].strip()) for r in rows[1:]}
+    assert [r[0].strip() for r in rows[1:4]] == ["outside the compiled graphs", boundary, run]
+    assert cells["outside the compiled graphs"] == ("", "2000")  # 5000 us - 3000 us
+    assert cells[boundary] == ("2", "3000") and cells[run] == ("2", "2500")
+    assert cells["aten::mm"] == ("4", "800") and cells["mybackend::pointwise"] == ("2", "600")
+    assert "aten::view.default" not in cells  # never ran in the timed steps
+    assert "MYBACKEND_HOST_TIMES" in host_split_table({}, {}, steps=2, host_ms=1.0)

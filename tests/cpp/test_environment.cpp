@@ -20,6 +20,7 @@ const char* a_b_run(const char* name) {
   if (n == "MYBACKEND_NVRTC_TARGET") return "compute_80";
   if (n == "MYBACKEND_VIEW_REPLAY") return "0";
   if (n == "MYBACKEND_FUSED_CATS") return "off";
+  if (n == "MYBACKEND_HOST_TIMES") return "1";
   return nullptr;
 }
 
@@ -30,6 +31,7 @@ TEST(Environment, NothingSetIsTheDefaults) {
   EXPECT_EQ(options.codegen.forced_target, "");
   EXPECT_TRUE(options.view_replay);
   EXPECT_TRUE(options.fusion.concatenations);
+  EXPECT_FALSE(options.host_times);
 }
 
 TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
@@ -41,6 +43,7 @@ TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
   EXPECT_EQ(options.codegen.forced_target, "compute_80");
   EXPECT_FALSE(options.view_replay);
   EXPECT_FALSE(options.fusion.concatenations);
+  EXPECT_TRUE(options.host_times);
 }
 
 TEST(Environment, KnobsSetByNameCheckTheirValues) {

@@ -155,3 +155,52 @@ def test_views_of_a_dynamic_shape_graph_are_replayed_per_size() -> None:
     steps = [b - a for a, b in zip([0, *counts[:-1]], counts, strict=True)]
     assert steps[0] == 0 and steps[2] == 0, steps  # a size's first call is boxed
     assert steps[1] == steps[3] == steps[4] > 0, steps
+
+
+def test_host_times_by_step_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Note [Host time by step]: every step's clock lands under its operator or
+    # engine kind, inside its run, inside its call from Python.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x.t() * 2).sum(0)
+
+    assert _compile(fn, torch.randn(3, 4)).host_times() == []  # off by default
+    monkeypatch.setenv("MYBACKEND_HOST_TIMES", "1")
+    core = _compile(fn, torch.randn(3, 4))
+    assert core.host_times() == []  # nothing ran yet
+    for _ in range(3):
+        core.run([torch.randn(3, 4)])
+    core.run_boxed([torch.randn(3, 4)])
+    rows = {label: (calls, us) for label, calls, us in core.host_times()}
+    labels = [label for label, _, _ in core.host_times()]
+    assert labels[:2] == ["call from Python (run included)", "run (whole graph)"], labels
+    assert rows["call from Python (run included)"][0] == 4
+    assert rows["run (whole graph)"][0] == 4
+    for op in ("aten::t.default", "aten::mul.Tensor", "aten::sum.dim_IntList"):
+        assert rows[op][0] == 4, (op, rows)
+    steps_us = sum(us for label, (_, us) in rows.items() if label.startswith("aten::"))
+    assert (
+        0 < steps_us <= rows["run (whole graph)"][1] <= rows["call from Python (run included)"][1]
+    )
+
+
+def test_host_times_of_a_training_step_through_torch_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Note [Host time by step]: both graphs of a training step, read from their
+    # records and summed per label the way benchmarks.profile --host-split does.
+    from mybackend.reports import collecting, graph_host_times, host_times_by_label
+
+    monkeypatch.setenv("MYBACKEND_HOST_TIMES", "1")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    compiled = torch.compile(model, backend="mybackend", options={"strict": True})
+    torch._dynamo.reset()
+    with collecting() as records:
+        for _ in range(3):
+            compiled(torch.randn(4, 8)).sum().backward()
+    assert sorted(r.kind for r in records) == ["backward", "forward"]
+    for record in records:
+        rows = {label: calls for label, calls, _ in graph_host_times(record)}
+        assert rows["run (whole graph)"] == 3, (record.kind, rows)
+    totals = host_times_by_label(records)
+    assert totals["call from Python (run included)"][0] == 6
+    assert totals["aten::gelu.default"][0] == 3  # the forward's, once a step
