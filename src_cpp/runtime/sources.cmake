@@ -7,7 +7,7 @@ list(APPEND RUNTIME_SOURCES runtime/aten_call.cpp runtime/builtin_ops.cpp
   runtime/symbol_binder.cpp runtime/executor.cpp runtime/group_floor.cpp runtime/kernel_kinds.cpp
   runtime/cuda_graph_runner.cpp runtime/graph_memory.cpp runtime/planned_outputs.cpp
   runtime/recovery_window.cpp runtime/input_versions.cpp runtime/rng_state.cpp
-  runtime/view_replay.cpp runtime/host_times.cpp)
+  runtime/view_replay.cpp runtime/host_times.cpp runtime/tensor_alias.cpp)
 # Generated kernels at run time: the compile batches, the driver API, and
 # one launcher per generated kind (each compiles to nothing without CUDA).
 list(APPEND RUNTIME_SOURCES runtime/generated/background_compile.cpp

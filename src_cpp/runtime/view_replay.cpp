@@ -1,10 +1,11 @@
 #include "runtime/view_replay.h"
 
-#include <ATen/core/grad_mode.h>
 #include <c10/core/TensorImpl.h>
 
 #include <algorithm>
 #include <typeinfo>
+
+#include "runtime/tensor_alias.h"
 
 namespace mybackend {
 namespace {
@@ -18,15 +19,6 @@ bool is_graph_output(const Graph& graph, ValueId value) {
   for (const Argument& out : graph.outputs())
     out.for_each_value([&](ValueId v) { found = found || v == value; });
   return found;
-}
-
-// A tensor whose view is the plain alias built below (Note [Views replayed
-// without the dispatcher]).
-bool plain_base(const at::Tensor& t) {
-  if (!t.defined() || t.layout() != c10::kStrided) return false;
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  if (typeid(*impl) != typeid(c10::TensorImpl) || impl->is_python_dispatch()) return false;
-  return !(at::GradMode::is_enabled() && t.requires_grad());
 }
 
 // An integer value of the graph (a symbolic size).
@@ -106,28 +98,23 @@ const ViewReplay::Recipe* ViewReplay::find(const at::Tensor& base,
 
 bool ViewReplay::replay(ValueSlots& slots) const {
   const at::Tensor* base = slot_tensor(slots, base_);
-  if (base == nullptr || !plain_base(*base)) return false;
+  if (base == nullptr || !plain_alias_base(*base)) return false;
   std::vector<std::int64_t> integers;
   if (!integer_args_.empty() && !integers_of(slots, integers)) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   const Recipe* recipe = find(*base, integers);
   if (recipe == nullptr) return false;
-  c10::TensorImpl* base_impl = base->unsafeGetTensorImpl();
   for (std::size_t k = 0; k < recipe->results.size(); ++k) {
     const Layout& r = recipe->results[k];
-    at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
-        c10::TensorImpl::VIEW, c10::Storage(base->storage()), base->key_set(), base->dtype());
-    c10::TensorImpl* impl = view.unsafeGetTensorImpl();
-    impl->set_sizes_and_strides(r.sizes, r.strides, r.offset);
-    impl->set_version_counter(base_impl->version_counter());
-    slots[static_cast<std::size_t>(node_->outputs[k])] = std::move(view);
+    slots[static_cast<std::size_t>(node_->outputs[k])] =
+        alias_of(*base, r.sizes, r.strides, r.offset);
   }
   return true;
 }
 
 void ViewReplay::remember(const ValueSlots& slots) {
   const at::Tensor* base = slot_tensor(slots, base_);
-  if (base == nullptr || !plain_base(*base)) return;  // perhaps on a later call
+  if (base == nullptr || !plain_alias_base(*base)) return;  // perhaps on a later call
   std::vector<std::int64_t> integers;
   if (!integer_args_.empty() && !integers_of(slots, integers)) return;
   std::lock_guard<std::mutex> lock(mutex_);

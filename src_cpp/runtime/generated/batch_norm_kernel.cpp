@@ -8,6 +8,7 @@
 
 #ifdef MYBACKEND_WITH_CUDA
 
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -93,7 +94,7 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
       t = channels_innermost(t);
     } else {
       if (t.numel() != cols) return fail(name + " does not have one value per channel");
-      t = t.contiguous();
+      if (!t.is_contiguous()) t = t.contiguous();
     }
   }
   c10::cuda::CUDAGuard guard(device);
@@ -120,9 +121,9 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
   const std::int64_t tiles = (cols + lanes * vec - 1) / (lanes * vec);
   const std::int64_t splits = row_splits(rows, tiles, lanes, l, g.spec.tuning);
   const bool stats = g.spec.kind == NormKind::BatchNormStats;
-  tensors["partials"] =
-      at::empty({splits * cols * (stats ? kStatsPartialFloats : kBackwardPartialFloats)},
-                options.dtype(at::kFloat));
+  tensors["partials"] = at::detail::empty_cuda(
+      {splits * cols * (stats ? kStatsPartialFloats : kBackwardPartialFloats)}, at::kFloat,
+      options.device(), std::nullopt);
   const std::map<std::string, std::int64_t> ints = {
       {"rows", rows}, {"cols", cols}, {"splits", splits}};
   const std::map<std::string, double> floats = {{"eps", g.eps}, {"momentum", g.momentum}};
@@ -198,8 +199,8 @@ bool NormKernel::launch_group_norm(ValueSlots& slots, const SymbolBindings& bind
   const std::int64_t lanes = channel_lanes(cols, vec, g.spec.tuning.bn_max_lanes);
   const std::int64_t tiles = (cols + lanes * vec - 1) / (lanes * vec);
   const std::int64_t splits = row_splits(rows, tiles * images, lanes, l, g.spec.tuning);
-  tensors["partials"] =
-      at::empty({images * splits * cols * kStatsPartialFloats}, options.dtype(at::kFloat));
+  tensors["partials"] = at::detail::empty_cuda({images * splits * cols * kStatsPartialFloats},
+                                               at::kFloat, options.device(), std::nullopt);
   const std::int64_t units = batch * groups;
   const std::map<std::string, std::int64_t> ints = {{"rows", rows},
                                                     {"cols", cols},

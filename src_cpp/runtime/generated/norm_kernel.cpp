@@ -8,6 +8,7 @@
 #ifdef MYBACKEND_WITH_CUDA
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -16,6 +17,7 @@
 
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "runtime/tensor_alias.h"
 
 namespace mybackend {
 namespace {
@@ -158,14 +160,14 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     if (device && t.device() != *device) return fail("inputs on different devices");
     device = t.device();
     if (!norm_strided_input(g.spec, name)) {
-      t = t.contiguous();
+      if (!t.is_contiguous()) t = t.contiguous();
       continue;
     }
     if (!t.sizes().empty() && !at::is_expandable_to(t.sizes(), c10::IntArrayRef(*shape)))
       return fail(name + " does not broadcast to the compiled shape");
     if (std::any_of(t.strides().begin(), t.strides().end(), [](std::int64_t s) { return s < 0; }))
-      t = t.contiguous();  // offsets are computed from non-negative strides
-    t = t.expand(*shape);
+      t = t.contiguous();           // offsets are computed from non-negative strides
+    t = expanded_alias(t, *shape);  // Note [Aliases without the dispatcher]
     dims["stride_" + name] = t.strides().vec();
   }
   if (!dims.empty()) dims["shape"] = *shape;
@@ -194,7 +196,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   for (const auto& [name, value] : g.outputs) {
     const auto dtype = static_cast<c10::ScalarType>(norm_tensor_dtype(g.spec, name));
     if (value < 0) {  // computed but unused (a grad nobody asked for)
-      tensors[name] = at::empty({cols}, options.dtype(dtype));
+      tensors[name] = at::detail::empty_cuda({cols}, dtype, options.device(), std::nullopt);
       continue;
     }
     const std::optional<at::Tensor> t = planned_output(name, value, options, bindings, planned);
@@ -235,7 +237,8 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
   const std::int64_t splits = outer_row_splits(col_tiles, rows, l.sm_count, 32);
   if (!row_variants && entries.size() > 1) {
     const auto stats = static_cast<c10::ScalarType>(stats_dtype(g.spec.dtype));
-    tensors["partials"] = at::empty({splits, cols, 2}, options.dtype(stats));
+    tensors["partials"] =
+        at::detail::empty_cuda({splits, cols, 2}, stats, options.device(), std::nullopt);
   }
   for (std::size_t e = first; e < last; ++e) {
     const bool rows_entry = e == 0 || row_variants;

@@ -6,6 +6,7 @@
 
 #ifdef MYBACKEND_WITH_CUDA
 
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -50,9 +51,97 @@ constexpr std::int64_t kNarrowOuterMaxRows = 256;
 
 class ReductionKernel final : public GroupKernel<ReductionGroup> {
  public:
-  using GroupKernel::GroupKernel;
+  ReductionKernel(KernelKind kind, const Graph& graph, std::shared_ptr<const ReductionGroup> group,
+                  std::vector<Variant> variants, std::string target)
+      : GroupKernel(kind, graph, std::move(group), std::move(variants), std::move(target)) {
+    // Parameter names parsed once, not at every launch of a host-bound step.
+    for (const Variant& v : variants_) {
+      std::vector<std::vector<ParamRole>> entries;
+      for (const KernelEntry& entry : v.kernel.entries) entries.push_back(roles_of(entry));
+      roles_.push_back(std::move(entries));
+    }
+  }
 
  private:
+  // What one kernel parameter carries at a launch (parsed from its name).
+  struct ParamRole {
+    enum class Kind : std::int8_t {
+      Partials,
+      Tensor,
+      Strides,
+      Rows,
+      N,
+      Inner,
+      Chunk,
+      InShape,
+      OutShape,
+      Period,
+      PeriodDivisor,
+      Block,
+      BlockDivisor
+    };
+    enum class Side : std::int8_t { In, Ein, Out };
+    Kind kind = Kind::Rows;
+    Side side = Side::In;
+    std::size_t index = 0;
+  };
+
+  static std::vector<ParamRole> roles_of(const KernelEntry& entry) {
+    using Kind = ParamRole::Kind;
+    std::vector<ParamRole> out;
+    for (const KernelParam& p : entry.params) {
+      ParamRole role;
+      auto with_tensor = [&](Kind kind) {
+        std::string side;
+        role.kind = kind;
+        role.index = parse(p.name, &side);
+        role.side = side == "in"    ? ParamRole::Side::In
+                    : side == "ein" ? ParamRole::Side::Ein
+                                    : ParamRole::Side::Out;
+      };
+      switch (p.kind) {
+        case KernelParam::Kind::Pointer:
+          if (p.name == "partials") {
+            role.kind = Kind::Partials;
+          } else {
+            with_tensor(Kind::Tensor);
+          }
+          break;
+        case KernelParam::Kind::Int64:
+          if (p.name == "rows" || p.name == "outer") {
+            role.kind = Kind::Rows;
+          } else if (p.name == "n") {
+            role.kind = Kind::N;
+          } else if (p.name == "inner") {
+            role.kind = Kind::Inner;
+          } else if (p.name == "chunk") {
+            role.kind = Kind::Chunk;
+          } else {
+            const bool block = p.name.rfind("block_", 0) == 0;
+            const bool divisor = p.name.find("div_") != std::string::npos;
+            with_tensor(block ? (divisor ? Kind::BlockDivisor : Kind::Block)
+                              : (divisor ? Kind::PeriodDivisor : Kind::Period));
+            MB_ASSERT(role.side != ParamRole::Side::Out, "unexpected kernel parameter ", p.name);
+          }
+          break;
+        case KernelParam::Kind::Dims:
+          if (p.name == "in_shape") {
+            role.kind = Kind::InShape;
+          } else if (p.name == "out_shape") {
+            role.kind = Kind::OutShape;
+          } else {
+            with_tensor(Kind::Strides);
+          }
+          break;
+        case KernelParam::Kind::Float64:
+        case KernelParam::Kind::Bytes:
+          MB_ASSERT(false, "reduction groups take no scalar or struct arguments, got ", p.name);
+      }
+      out.push_back(role);
+    }
+    return out;
+  }
+
   // This call's tensors and their iteration strides.
   struct Call {
     std::vector<std::int64_t> in_shape, out_shape;
@@ -226,8 +315,9 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       // up may leave fewer than outer_row_splits asked for).
       const std::int64_t splits = (c.n + chunk - 1) / chunk;
       // Inner: c.inner is 1, one partial a row and chunk.
-      const at::Tensor partials = at::empty({splits * c.rows * c.inner * kPartialBytes},
-                                            c.inputs[0].options().dtype(at::kByte));
+      const at::Tensor partials =
+          at::detail::empty_cuda({splits * c.rows * c.inner * kPartialBytes}, at::kByte,
+                                 c.inputs[0].device(), std::nullopt);
       launch_entry(v, 1, c, device_index, std::min(split_units(c) * splits, resident), &partials,
                    chunk);
       // Totals: a block per 32 columns (Outer), a block per row (Inner).
@@ -270,70 +360,50 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     return 0;
   }
 
-  // The value of a periodic input's parameter (period_in3, block_div_ein1).
-  static std::int64_t periodic_argument(const std::string& name, const Call& c) {
-    std::string side;
-    const std::size_t k = parse(name, &side);
-    MB_ASSERT(side != "out", "unexpected kernel parameter ", name);
-    const PeriodicLayout& layout = (side == "in" ? c.in_periodic : c.ein_periodic).at(k);
-    const bool block = name.rfind("block_", 0) == 0;
-    const std::int64_t size = block ? layout.block : layout.period;
-    return name.find("div_") != std::string::npos ? packed_divisor(size) : size;
-  }
-
   void launch_entry(std::size_t v, std::size_t e, const Call& c, int device_index,
                     std::int64_t grid, const at::Tensor* partials, std::int64_t chunk) const {
+    using Kind = ParamRole::Kind;
+    using Side = ParamRole::Side;
     const KernelEntry& entry = variants_[v].kernel.entries[e];
+    const std::vector<ParamRole>& roles = roles_[v][e];
     KernelArgs args(entry);
-    for (std::size_t i = 0; i < entry.params.size(); ++i) {
-      const KernelParam& p = entry.params[i];
-      std::string side;
-      switch (p.kind) {
-        case KernelParam::Kind::Pointer: {
-          if (p.name == "partials") {
-            args.set_pointer(i, partials->data_ptr());
-            break;
-          }
-          const std::size_t k = parse(p.name, &side);
-          const at::Tensor& t = side == "in"    ? c.inputs[k]
-                                : side == "ein" ? c.epilogue_inputs[k]
-                                                : c.outputs[k];
+    for (std::size_t i = 0; i < roles.size(); ++i) {
+      const ParamRole& r = roles[i];
+      const std::vector<PeriodicLayout>& periodic =
+          r.side == Side::In ? c.in_periodic : c.ein_periodic;
+      switch (r.kind) {
+        case Kind::Partials: args.set_pointer(i, partials->data_ptr()); break;
+        case Kind::Tensor: {
+          const at::Tensor& t = r.side == Side::In    ? c.inputs[r.index]
+                                : r.side == Side::Ein ? c.epilogue_inputs[r.index]
+                                                      : c.outputs[r.index];
           args.set_pointer(i, t.data_ptr());
           break;
         }
-        case KernelParam::Kind::Int64:
-          if (p.name == "rows" || p.name == "outer")
-            args.set_int(i, c.rows);
-          else if (p.name == "n")
-            args.set_int(i, c.n);
-          else if (p.name == "inner")
-            args.set_int(i, c.inner);
-          else if (p.name == "chunk")
-            args.set_int(i, chunk);
-          else
-            args.set_int(i, periodic_argument(p.name, c));
+        case Kind::Strides:
+          args.set_dims(i, r.side == Side::In    ? c.in_strides[r.index]
+                           : r.side == Side::Ein ? c.ein_strides[r.index]
+                                                 : c.out_strides[r.index]);
           break;
-        case KernelParam::Kind::Dims: {
-          if (p.name == "in_shape") {
-            args.set_dims(i, c.in_shape);
-          } else if (p.name == "out_shape") {
-            args.set_dims(i, c.out_shape);
-          } else {
-            const std::size_t k = parse(p.name, &side);
-            args.set_dims(i, side == "in"    ? c.in_strides[k]
-                             : side == "ein" ? c.ein_strides[k]
-                                             : c.out_strides[k]);
-          }
+        case Kind::Rows: args.set_int(i, c.rows); break;
+        case Kind::N: args.set_int(i, c.n); break;
+        case Kind::Inner: args.set_int(i, c.inner); break;
+        case Kind::Chunk: args.set_int(i, chunk); break;
+        case Kind::InShape: args.set_dims(i, c.in_shape); break;
+        case Kind::OutShape: args.set_dims(i, c.out_shape); break;
+        case Kind::Period: args.set_int(i, periodic.at(r.index).period); break;
+        case Kind::PeriodDivisor:
+          args.set_int(i, packed_divisor(periodic.at(r.index).period));
           break;
-        }
-        case KernelParam::Kind::Float64:
-        case KernelParam::Kind::Bytes:
-          MB_ASSERT(false, "reduction groups take no scalar or struct arguments, got ", p.name);
+        case Kind::Block: args.set_int(i, periodic.at(r.index).block); break;
+        case Kind::BlockDivisor: args.set_int(i, packed_divisor(periodic.at(r.index).block)); break;
       }
     }
     const DeviceModules::Loaded& l = modules_.on(device_index, v);
     launch_on_stream(l, l.functions[e], grid, entry, args, device_index);
   }
+
+  std::vector<std::vector<std::vector<ParamRole>>> roles_;  // per variant and entry
 };
 
 }  // namespace

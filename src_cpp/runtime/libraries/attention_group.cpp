@@ -3,8 +3,10 @@
 #ifdef MYBACKEND_WITH_CUDNN
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/EmptyTensor.h>
 
 #include "libs/cudnn_sdpa.h"
+#include "runtime/tensor_alias.h"
 
 namespace mybackend {
 namespace {
@@ -44,7 +46,8 @@ class AttentionGroup final : public LibraryGroup {
       strides.push_back(*stride);
     }
     const auto dtype = static_cast<at::ScalarType>(static_cast<std::int8_t>(type.dtype));
-    return at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype).device(device));
+    // Without the dispatcher: several a call of a host-bound step.
+    return at::detail::empty_strided_cuda(sizes, strides, dtype, device);
   }
 
   // The aten op's other outputs (Note [Forward and backward agree]).
@@ -93,7 +96,8 @@ class AttentionGroup final : public LibraryGroup {
     if (!operands(slots, args)) return false;
     const at::Tensor& q = args.q;
     if (spec_->source == AttentionSource::Decomposed) {
-      args.out = at::empty({q.size(0), q.size(1), q.size(2), args.v.size(3)}, q.options());
+      args.out = at::detail::empty_cuda({q.size(0), q.size(1), q.size(2), args.v.size(3)},
+                                        q.scalar_type(), q.device(), std::nullopt);
     } else {
       args.out = empty_as_ir(spec_->out, bindings, q.device());
     }
@@ -106,7 +110,7 @@ class AttentionGroup final : public LibraryGroup {
       std::vector<std::int64_t> sizes;
       for (const Dim& d : graph_.value(spec_->out).tensor.sizes)
         sizes.push_back(*d.evaluate(bindings));
-      out = out.view(sizes);
+      out = viewed_alias(out, sizes);  // Note [Aliases without the dispatcher]
     }
     slots[static_cast<std::size_t>(spec_->out)] = std::move(out);
     if (spec_->logsumexp >= 0) slots[static_cast<std::size_t>(spec_->logsumexp)] = args.stats;
@@ -172,10 +176,12 @@ class AttentionGroup final : public LibraryGroup {
     args.out = *out;
     args.stats = *lse;
     // cuDNN reads dO in O's layout (as PyTorch's cuDNN backend makes it).
-    args.grad_out =
-        grad_out->strides() == out->strides()
-            ? *grad_out
-            : at::empty_strided(out->sizes(), out->strides(), grad_out->options()).copy_(*grad_out);
+    args.grad_out = grad_out->strides() == out->strides()
+                        ? *grad_out
+                        : at::Tensor(at::detail::empty_strided_cuda(out->sizes(), out->strides(),
+                                                                    grad_out->scalar_type(),
+                                                                    grad_out->device()))
+                              .copy_(*grad_out);
     at::Tensor stacked;
     if (spec_->stack.value >= 0) {
       stacked = empty_as_ir(spec_->stack.value, bindings, in.q.device());

@@ -3,6 +3,7 @@
 #ifdef MYBACKEND_WITH_CUDNN
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/util/strides.h>
 
@@ -134,7 +135,8 @@ class ConvGroup final : public LibraryGroup {
       args.residual = in_layout(*residual, format);
     }
     args.relu = spec.relu;
-    args.y = at::empty(sizes, args.x.options().memory_format(format));
+    // Without the dispatcher (Note [Aliases without the dispatcher]).
+    args.y = at::detail::empty_cuda(sizes, args.x.scalar_type(), args.x.device(), format);
     if (std::string p = cudnn::conv_fprop(args); !p.empty()) return fail(p);
     slots[static_cast<std::size_t>(spec.output)] = args.y;
     return true;
@@ -153,13 +155,13 @@ class ConvGroup final : public LibraryGroup {
     const at::Tensor dy = in_layout(*dy_in, format);
     at::Tensor dx, dw, db;
     if (spec.grad_input >= 0) {
-      dx = at::empty(x_in->sizes(), x_in->options().memory_format(format));
+      dx = at::detail::empty_cuda(x_in->sizes(), x_in->scalar_type(), x_in->device(), format);
       if (std::string p = cudnn::conv_dgrad(dy, in_layout(*w_in, format), geometry_, dx);
           !p.empty())
         return fail("dgrad: " + p);
     }
     if (spec.grad_weight >= 0) {
-      dw = at::empty(w_in->sizes(), w_in->options().memory_format(format));
+      dw = at::detail::empty_cuda(w_in->sizes(), w_in->scalar_type(), w_in->device(), format);
       if (std::string p = cudnn::conv_wgrad(dy, in_layout(*x_in, format), geometry_, dw);
           !p.empty())
         return fail("wgrad: " + p);

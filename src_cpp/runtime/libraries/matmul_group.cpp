@@ -3,6 +3,7 @@
 #ifdef MYBACKEND_WITH_CUDA
 
 #include "libs/cublaslt_gemm.h"
+#include "runtime/tensor_alias.h"
 
 namespace mybackend {
 namespace {
@@ -40,15 +41,24 @@ class MatmulGroup final : public LibraryGroup {
     if (mat1 == nullptr || mat2 == nullptr) return fail("an operand is not a tensor");
     if (static_cast<DType>(mat1->scalar_type()) != spec.dtype)
       return fail("the operands' dtype is not the one planned for");
-    // Note [Matmul operands are logical]: a planned transpose is a view here.
-    args.mat1 = spec.mat1.transposed ? mat1->transpose(-2, -1) : *mat1;
-    args.mat2 = spec.mat2.transposed ? mat2->transpose(-2, -1) : *mat2;
+    // Note [Matmul operands are logical]: a planned transpose is a view here,
+    // made without the dispatcher (Note [Aliases without the dispatcher]).
+    if ((spec.mat1.transposed && mat1->dim() < 2) || (spec.mat2.transposed && mat2->dim() < 2))
+      return fail("a transposed operand has fewer than two dims");
+    args.mat1 = spec.mat1.transposed ? transposed_alias(*mat1) : *mat1;
+    args.mat2 = spec.mat2.transposed ? transposed_alias(*mat2) : *mat2;
     if (spec.c >= 0) {
       const at::Tensor* c = tensor(slots, spec.c);
       if (c == nullptr) return fail("addmm's self is not a tensor");
       // Note [Residual sums in the product]: the residual has the output's
       // shape, D's elements in the same order; a view when it is contiguous.
-      args.c = spec.c_is_residual ? c->reshape({args.mat1.size(0), args.mat2.size(1)}) : *c;
+      if (spec.c_is_residual) {
+        const std::int64_t shape[] = {args.mat1.size(0), args.mat2.size(1)};
+        args.c = c->is_contiguous() && c->numel() == shape[0] * shape[1] ? viewed_alias(*c, shape)
+                                                                         : c->reshape(shape);
+      } else {
+        args.c = *c;
+      }
       args.beta = spec.beta;
     }
     if (spec.bias >= 0) {
@@ -68,10 +78,10 @@ class MatmulGroup final : public LibraryGroup {
     cublaslt::GemmResult result = cublaslt::gemm(args);
     if (!result.ok()) return fail(result.problem);
     // Note [Views after the product]: the group's output may be a view of D.
-    slots[static_cast<std::size_t>(spec.output)] =
-        result.out.sizes() == c10::IntArrayRef(out_sizes) ? result.out : result.out.view(out_sizes);
+    // Both are fresh and contiguous (Note [Aliases without the dispatcher]).
+    slots[static_cast<std::size_t>(spec.output)] = viewed_alias(result.out, out_sizes);
     if (spec.bias_grad >= 0)
-      slots[static_cast<std::size_t>(spec.bias_grad)] = result.bias_grad.view(grad_sizes);
+      slots[static_cast<std::size_t>(spec.bias_grad)] = viewed_alias(result.bias_grad, grad_sizes);
     return true;
   }
 
