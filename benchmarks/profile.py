@@ -15,7 +15,9 @@ on an idle GPU to its return (launching, not waiting). A step whose host
 time exceeds its GPU time is bound by the host, and faster kernels will not
 show in its wall time. ``--host`` adds the CPU side's own table: the ops
 and mybackend's engine ranges (Note [Profiler ranges]) by self CPU time;
-``--shapes`` splits its rows by the ops' input shapes. ``--host-split``
+``--shapes`` splits its rows by the ops' input shapes. A generated
+kernel's row names its group: the plan's kind and the operators it runs.
+``--host-split``
 times mybackend's own steps without the profiler (Note [Host time by step]
 in src_cpp/runtime/host_times.h): per step, each engine kind, each ATen
 operator the graphs run, the graphs' runs and calls from Python, and what the
@@ -43,7 +45,7 @@ from benchmarks.common import reset_dynamo
 from benchmarks.report import markdown_table
 from benchmarks.runner import Settings
 from benchmarks.scenarios import Task, Workload
-from mybackend.reports import collecting, host_times_by_label
+from mybackend.reports import collecting, host_times_by_label, kernel_group_of, kernel_groups
 
 
 def _synchronize() -> None:
@@ -169,15 +171,24 @@ def kernel_table(
             counts[event.name] += 1
     total_us = sum(totals.values())
     launches = sum(counts.values()) / steps
+    # A generated kernel's row names its group (the plan's kind and operators).
+    groups = kernel_groups(records)
     rows = [
-        [name[:90], f"{us:.1f}", f"{counts[name] / steps:.0f}", f"{100 * us / total_us:.0f}%"]
+        [
+            name[:90],
+            f"{us:.1f}",
+            f"{counts[name] / steps:.0f}",
+            f"{100 * us / total_us:.0f}%",
+            *([kernel_group_of(name, groups)[:120]] if groups else []),
+        ]
         for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:top]
     ]
     head = (
         f"### {backend}: {total_us / 1e3:.3f} ms of GPU time per step, {launches:.0f} kernels, "
         f"{host_ms:.3f} ms of host time per step\n\n"
     )
-    table = head + markdown_table(("kernel", "us/step", "calls/step", "share"), rows)
+    columns = ("kernel", "us/step", "calls/step", "share", *(("group",) if groups else ()))
+    table = head + markdown_table(columns, rows)
     if split:
         table += "\n\n" + split_text
     if host:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -160,6 +161,35 @@ def host_times_by_label(records: Sequence[GraphRecord]) -> dict[str, tuple[int, 
             before = totals.get(label, (0, 0.0))
             totals[label] = (before[0] + calls, before[1] + us)
     return totals
+
+
+_KERNEL_ENTRY = re.compile(r"mb_[a-z_]+?_[0-9a-f]{16}")
+
+
+def kernel_groups(records: Sequence[GraphRecord]) -> dict[str, str]:
+    """Each generated kernel's entry name (``mb_pointwise_<hash>``, as a
+    profiler names the kernel, less a ``_partials`` or ``_totals`` suffix)
+    -> its group: the kind and the operators of its nodes, in plan order."""
+    groups: dict[str, str] = {}
+    for record in records:
+        report = record.core_report if record.has_core_report else None
+        if report is None:
+            continue
+        nodes = report["nodes"]
+        for kernel in report["kernels"]:
+            ops = " ".join(
+                nodes[n]["op"].removeprefix("aten::").removesuffix(".default")
+                for n in kernel["nodes"]
+            )
+            for name in _KERNEL_ENTRY.findall(str(kernel.get("kernel", ""))):
+                groups.setdefault(name, f"{kernel['kind']}: {ops}")
+    return groups
+
+
+def kernel_group_of(kernel_name: str, groups: dict[str, str]) -> str:
+    """The group of a profiled kernel name (kernel_groups), or ''."""
+    found = _KERNEL_ENTRY.match(kernel_name)
+    return groups.get(found.group(0), "") if found else ""
 
 
 def graph_floor(record: GraphRecord) -> str | None:

@@ -95,3 +95,37 @@ def test_host_split_table_is_per_step_and_counts_what_lies_outside_the_graphs() 
     assert cells["aten::mm"] == ("4", "800") and cells["mybackend::pointwise"] == ("2", "600")
     assert "aten::view.default" not in cells  # never ran in the timed steps
     assert "MYBACKEND_HOST_TIMES" in host_split_table({}, {}, steps=2, host_ms=1.0)
+
+
+def test_generated_kernels_are_named_by_their_groups() -> None:
+    # A profiled kernel (a split reduction's entry carries a suffix) maps to
+    # its group's kind and operators through the core's report.
+    from types import SimpleNamespace
+
+    from mybackend.reports import kernel_group_of, kernel_groups
+
+    report = {
+        "nodes": [{"op": "aten::mul.Tensor"}, {"op": "aten::sum.dim_IntList"}, {"op": "aten::t"}],
+        "kernels": [
+            {
+                "kind": "reduction",
+                "kernel": "reduction: mb_reduction_41e89a713977eb98 + "
+                "mb_reduction_343ac73975f9fbc6 (general) for sm_90 cubin",
+                "nodes": [0, 1],
+            },
+            {"kind": "aten_sequence", "kernel": "", "nodes": [2]},
+        ],
+    }
+    records = [
+        SimpleNamespace(has_core_report=True, core_report=report),
+        SimpleNamespace(has_core_report=False, core_report=None),  # fell back: no report
+    ]
+    groups = kernel_groups(records)  # type: ignore[arg-type]
+    assert groups == {
+        "mb_reduction_41e89a713977eb98": "reduction: mul.Tensor sum.dim_IntList",
+        "mb_reduction_343ac73975f9fbc6": "reduction: mul.Tensor sum.dim_IntList",
+    }
+    group = "reduction: mul.Tensor sum.dim_IntList"
+    assert kernel_group_of("mb_reduction_41e89a713977eb98_partials", groups) == group
+    assert kernel_group_of("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", groups) == ""
+    assert kernel_group_of("mb_pointwise_0000000000000000", groups) == ""
