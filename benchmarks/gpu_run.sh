@@ -46,7 +46,9 @@
 #
 #   python -m benchmarks.report FOLDER1 FOLDER2 ... --out merged
 #
-# BUILD=1 first builds mybackend in place (pip install -e . --no-build-isolation);
+# BUILD=1 first builds mybackend in place (tools/device_build.sh: pip install -e .
+# --no-build-isolation, or the carried build of an earlier call when the C++
+# sources have not changed, Note [Builds carried between device calls]);
 # otherwise mybackend is used if importable, and reads 'unavailable' if not.
 # Rows run with --isolate: a backend that crashes the process is marked
 # 'crashed' and the rest of its row is measured again without it. A step is
@@ -76,9 +78,8 @@ zoo_backends=${ZOO_BACKENDS:-eager,inductor,inductor-reduce-overhead,mybackend,m
 
 if [ "${BUILD:-0}" = 1 ]; then
   build_start=$SECONDS
-  python3 -m pip install --no-build-isolation --no-deps -e . >"$out/build.log" 2>&1 \
-    || { echo "build failed (see $out/build.log); mybackend rows will read 'unavailable'"; \
-         tail -20 "$out/build.log"; }
+  bash tools/device_build.sh "$out/build.log" \
+    || echo "mybackend rows will read 'unavailable'"
   # The step limit counts from the call's start: the build spends part of it.
   limit=$(( limit - (SECONDS - build_start) ))
   echo "built in $((SECONDS - build_start)) s; $limit s left for the step"

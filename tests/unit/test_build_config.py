@@ -156,3 +156,42 @@ def test_cudnn_frontend_units_compile_without_its_json_library() -> None:
         pytest.skip("this build has no cuDNN frontend")
     for entry in entries:
         assert "-DCUDNN_FRONTEND_SKIP_JSON_LIB" in entry["command"], entry["file"]
+
+
+def test_a_carried_device_build_is_keyed_by_the_inputs_of_the_cpp_build(tmp_path: Path) -> None:
+    # Note [Builds carried between device calls]: a change to the C++ build's
+    # inputs, or a Python module added (the editable hook lists them by name),
+    # builds again; a Python module's contents do not.
+    tree = tmp_path / "tree"
+    for name in ("src_cpp/a.cpp", "cmake/x.cmake", "tools/build_meta/pin.py", "mybackend/m.py"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("one\n")
+    (tree / "CMakeLists.txt").write_text("project(x)\n")
+    (tree / "pyproject.toml").write_text("[project]\n")
+    (tree / "tools" / "device_build.sh").write_bytes(
+        (ROOT / "tools" / "device_build.sh").read_bytes()
+    )
+
+    def build_hash() -> str:
+        done = subprocess.run(
+            ["bash", "tools/device_build.sh", "--hash"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_S,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    first = build_hash()
+    assert re.fullmatch(r"[0-9a-f]{64}", first)
+    assert build_hash() == first
+    (tree / "mybackend" / "m.py").write_text("two\n")
+    assert build_hash() == first
+    (tree / "src_cpp" / "a.cpp").write_text("two\n")
+    second = build_hash()
+    assert second != first
+    (tree / "mybackend" / "n.py").write_text("new module\n")
+    assert build_hash() != second
+    (tree / "CMakeLists.txt").write_text("project(y)\n")
+    assert build_hash() not in (first, second)
