@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch._C._autograd import DeviceType
@@ -122,22 +122,6 @@ def host_split_table(before: HostTotals, after: HostTotals, steps: int, host_ms:
     return head + markdown_table(("label", "calls", "us"), rows)
 
 
-@contextlib.contextmanager
-def _host_times_on(on: bool) -> Iterator[None]:
-    """MYBACKEND_HOST_TIMES=1 for the graphs compiled inside (read at each compile)."""
-    old = os.environ.get("MYBACKEND_HOST_TIMES")
-    if on:
-        os.environ["MYBACKEND_HOST_TIMES"] = "1"
-    try:
-        yield
-    finally:
-        if on:
-            if old is None:
-                del os.environ["MYBACKEND_HOST_TIMES"]
-            else:
-                os.environ["MYBACKEND_HOST_TIMES"] = old
-
-
 def kernel_table(
     backend: str,
     task: Task,
@@ -148,7 +132,9 @@ def kernel_table(
     host_split: bool = False,
 ) -> str:
     split = host_split and backend.startswith("mybackend")
-    with collecting() as records, _host_times_on(split):
+    # MYBACKEND_HOST_TIMES is read at each compile: set around the compiling calls.
+    host_times = {"MYBACKEND_HOST_TIMES": "1"} if split else {}
+    with collecting() as records, mock.patch.dict(os.environ, host_times):
         runner = task.runner(resolve(backend))
         runner.first()
         # As many as the benchmark rows warm up: fewer would profile mybackend's

@@ -18,15 +18,20 @@ bool plain_alias_base(const at::Tensor& t) {
   return !(at::GradMode::is_enabled() && t.requires_grad());
 }
 
-at::Tensor alias_of(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                    std::int64_t storage_offset) {
-  if (!plain_alias_base(base)) return at::as_strided(base, sizes, strides, storage_offset);
+at::Tensor plain_alias(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                       std::int64_t storage_offset) {
   at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
       c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
   c10::TensorImpl* impl = view.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(sizes, strides, storage_offset);
   impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
   return view;
+}
+
+at::Tensor alias_of(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                    std::int64_t storage_offset) {
+  if (!plain_alias_base(base)) return at::as_strided(base, sizes, strides, storage_offset);
+  return plain_alias(base, sizes, strides, storage_offset);
 }
 
 at::Tensor transposed_alias(const at::Tensor& base) {

@@ -23,6 +23,11 @@ namespace mybackend {
 // Whether alias_of() can make `t`'s aliases itself.
 bool plain_alias_base(const at::Tensor& t);
 
+// The same for a base that plain_alias_base() accepted (view replay checks
+// first, then takes the boxed call instead of as_strided).
+at::Tensor plain_alias(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                       std::int64_t storage_offset);
+
 // A view of `base` with these sizes, strides and storage offset.
 at::Tensor alias_of(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                     std::int64_t storage_offset);

@@ -107,7 +107,7 @@ bool ViewReplay::replay(ValueSlots& slots) const {
   for (std::size_t k = 0; k < recipe->results.size(); ++k) {
     const Layout& r = recipe->results[k];
     slots[static_cast<std::size_t>(node_->outputs[k])] =
-        alias_of(*base, r.sizes, r.strides, r.offset);
+        plain_alias(*base, r.sizes, r.strides, r.offset);
   }
   return true;
 }

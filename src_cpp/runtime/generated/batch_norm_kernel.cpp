@@ -94,7 +94,7 @@ bool NormKernel::launch_batch_norm(ValueSlots& slots, const SymbolBindings& bind
       t = channels_innermost(t);
     } else {
       if (t.numel() != cols) return fail(name + " does not have one value per channel");
-      if (!t.is_contiguous()) t = t.contiguous();
+      t = t.contiguous();
     }
   }
   c10::cuda::CUDAGuard guard(device);

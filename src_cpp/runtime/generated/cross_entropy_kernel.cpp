@@ -27,7 +27,7 @@ bool NormKernel::launch_cross_entropy(ValueSlots& slots, const SymbolBindings& b
   if (!inputs) return false;
   std::map<std::string, at::Tensor>& tensors = *inputs;
   for (auto& [name, t] : tensors) {
-    if (name != "x" && !t.is_contiguous()) t = t.contiguous();
+    if (name != "x") t = t.contiguous();
   }
   at::Tensor& x = tensors.at("x");
   if (x.dim() != 2) return fail("the logits are not [rows, classes]");

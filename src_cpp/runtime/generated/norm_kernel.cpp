@@ -160,7 +160,7 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     if (device && t.device() != *device) return fail("inputs on different devices");
     device = t.device();
     if (!norm_strided_input(g.spec, name)) {
-      if (!t.is_contiguous()) t = t.contiguous();
+      t = t.contiguous();
       continue;
     }
     if (!t.sizes().empty() && !at::is_expandable_to(t.sizes(), c10::IntArrayRef(*shape)))
