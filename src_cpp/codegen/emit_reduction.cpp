@@ -5,7 +5,11 @@
 // Index spaces: the input side is the prologue's iteration space (rank
 // input_rank; Inner views it as [rows, n], Outer as [outer, n, inner]); the
 // output side is the epilogue's (rank output_rank, [rows] or [outer, inner]).
-// Strided tensors on either side get that side's shape.
+// Strided tensors on either side get that side's shape. A row epilogue
+// (Note [Row epilogues] in spec/kernel_spec.h) is a third side over the
+// input space: a RowStore functor the loops call at each element of a row
+// after reducing it, given the row's values from the Store.
+#include <algorithm>
 #include <sstream>
 
 #include "codegen/emit.h"
@@ -22,10 +26,13 @@ using emit::storage_type;
 struct Side {
   const PointwiseSpec& spec;
   bool divisors;              // periodic inputs divide by multipliers (32-bit index)
-  std::string ptr_prefix;     // "in" (prologue inputs) or "ein" (epilogue inputs)
+  std::string ptr_prefix;     // "in" (prologue), "ein" (epilogue) or "rin" (row epilogue) inputs
   std::string scalar_prefix;  // kernel parameter names of argument scalars
-  std::string shape;          // "in_shape" or "out_shape"
-  std::size_t first_input;    // the epilogue's input 0 is the reduced value, not a tensor
+  std::string shape;          // "in_shape", "out_shape" or "row_shape"
+  std::size_t first_input;    // inputs before it are values, not tensors (the reduced value,
+                              // the row values)
+  std::string out_prefix = "out";  // "out" or "rout"
+  std::size_t stored = 0;          // outputs [0, stored) are stored
 };
 
 bool needs_shape(const Side& side, bool with_outputs) {
@@ -35,8 +42,10 @@ bool needs_shape(const Side& side, bool with_outputs) {
     any = any || (t.mode == IndexMode::Strided && t.rank > 0);
   }
   if (with_outputs) {
-    for (const auto& o : side.spec.outputs)
-      any = any || (o.tensor.mode == IndexMode::Strided && o.tensor.rank > 0);
+    for (std::size_t k = 0; k < side.stored; ++k) {
+      const TensorArg& t = side.spec.outputs[k].tensor;
+      any = any || (t.mode == IndexMode::Strided && t.rank > 0);
+    }
   }
   return any;
 }
@@ -49,11 +58,10 @@ std::vector<emit::OffsetTensor> strided_of(const Side& side, bool with_outputs) 
     if (t.mode == IndexMode::Strided) tensors.push_back({"off_" + n, "stride_" + n, t.rank});
   }
   if (with_outputs) {
-    for (std::size_t k = 0; k < side.spec.outputs.size(); ++k) {
+    for (std::size_t k = 0; k < side.stored; ++k) {
       const TensorArg& t = side.spec.outputs[k].tensor;
-      if (t.mode == IndexMode::Strided)
-        tensors.push_back(
-            {"off_out" + std::to_string(k), "stride_out" + std::to_string(k), t.rank});
+      const std::string n = side.out_prefix + std::to_string(k);
+      if (t.mode == IndexMode::Strided) tensors.push_back({"off_" + n, "stride_" + n, t.rank});
     }
   }
   return tensors;
@@ -83,9 +91,9 @@ void members(const Side& side, bool with_outputs, std::ostringstream& src) {
         << std::to_string(k) << ";\n";
   }
   if (with_outputs) {
-    for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-      src << "  " << storage_type(spec.outputs[k].tensor.dtype) << "* __restrict__ out"
-          << std::to_string(k) << ";\n";
+    for (std::size_t k = 0; k < side.stored; ++k) {
+      src << "  " << storage_type(spec.outputs[k].tensor.dtype) << "* __restrict__ "
+          << side.out_prefix << std::to_string(k) << ";\n";
     }
   }
   for (std::size_t k = 0; k < spec.scalars.size(); ++k) {
@@ -119,6 +127,32 @@ void load_inputs(const Side& side, const std::string& linear, std::ostringstream
   }
 }
 
+// Declares x<k>[N] for each input from side.first_input on and loads the
+// used ones at i..i+N-1: dense inputs as one vector, periodic ones (a
+// weight over the row) element by element at their period.
+void vector_loads(const Side& side, std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  const std::vector<bool> used = emit::used_inputs(spec);
+  for (std::size_t k = side.first_input; k < spec.inputs.size(); ++k) {
+    const std::string x = "x" + std::to_string(k);
+    const std::string n = side.ptr_prefix + std::to_string(k);
+    src << "    " << compute_type(spec.inputs[k].dtype) << " " << x << "[N];\n";
+    if (!used[k]) continue;
+    if (is_periodic(spec.inputs[k].mode)) {
+      src << "#pragma unroll\n    for (int k = 0; k < N; ++k) {\n"
+          << emit::periodic_offset(spec.inputs[k], n, "(i + k)", "      ", side.divisors)
+          << "      " << x << "[k] = mb::to_compute(" << n << "[off_" << n << "]);\n    }\n";
+    } else {
+      src << "    mb::load_compute<N>(" << n << " + i, " << x << ");\n";
+    }
+  }
+}
+
+bool any_periodic(const PointwiseSpec& spec) {
+  return std::any_of(spec.inputs.begin(), spec.inputs.end(),
+                     [](const TensorArg& t) { return is_periodic(t.mode); });
+}
+
 void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
   const PointwiseSpec& spec = side.spec;
   const std::string value(compute_type(spec.outputs[0].tensor.dtype));
@@ -130,8 +164,17 @@ void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
   src << "    Value y0;\n    mb_prologue(" << emit::body_call_args(spec, "x", "", "s", "y", "")
       << ");\n"
       << "    return y0;\n  }\n";
-  // Only emitted when every input is Aligned (see reduce_inner_block).
-  if (vec > 1) src << emit::dense_vec_member(spec, side.ptr_prefix, "mb_prologue");
+  // Only emitted when every input is Aligned or periodic (see
+  // reduce_inner_block).
+  if (vec > 1 && !any_periodic(spec)) {
+    src << emit::dense_vec_member(spec, side.ptr_prefix, "mb_prologue");
+  } else if (vec > 1) {
+    src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
+           "const {\n";
+    vector_loads(side, src);
+    src << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_prologue("
+        << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n  }\n";
+  }
   src << "};\n\n";
 }
 
@@ -161,30 +204,109 @@ std::string finalize_expr(const ReductionSpec& spec, DType acc_dtype) {
   return emit::cast_expr(from, spec.out_dtype, value);
 }
 
-void emit_store_struct(const ReductionSpec& rspec, const Side& side, DType acc_dtype,
-                       std::ostringstream& src) {
-  const PointwiseSpec& spec = side.spec;
-  src << "struct Store {\n";
-  members(side, true, src);
-  src << "  template <class Acc>\n"
-      << "  __device__ __forceinline__ void operator()(const I o, const Acc& acc, const I n) const "
-         "{\n"
-      << "    const " << compute_type(rspec.out_dtype)
-      << " x0 = " << finalize_expr(rspec, acc_dtype) << ";\n";
-  src << emit::strided_offsets(strided_of(side, true), spec.rank, "shape", "o", "    ");
-  load_inputs(side, "o", src);
+// Statements storing outputs [0, side.stored) of y<k> at linear index `linear`.
+void store_outputs(const Side& side, const std::string& linear, const std::string& indent,
+                   std::ostringstream& src) {
+  for (std::size_t k = 0; k < side.stored; ++k) {
+    const TensorArg& t = side.spec.outputs[k].tensor;
+    const std::string n = side.out_prefix + std::to_string(k);
+    src << indent << n << "[" << offset_of(t, n, linear) << "] = mb::from_compute<"
+        << storage_type(t.dtype) << ">(y" << std::to_string(k) << ");\n";
+  }
+}
+
+void declare_outputs(const PointwiseSpec& spec, std::ostringstream& src) {
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
         << ";\n";
   }
-  src << "    mb_epilogue(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
-  for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-    const TensorArg& t = spec.outputs[k].tensor;
-    const std::string n = "out" + std::to_string(k);
-    src << "    " << n << "[" << offset_of(t, n, "o") << "] = mb::from_compute<"
-        << storage_type(t.dtype) << ">(y" << std::to_string(k) << ");\n";
+}
+
+// The Store functor. With a row epilogue (Note [Row epilogues]) every thread
+// of the row calls it, `leader` stores, and it returns the row values, each
+// rounded to its dtype as a store and a load would.
+void emit_store_struct(const ReductionSpec& rspec, const Side& side, DType acc_dtype,
+                       std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  const bool rows = rspec.row_epilogue.has_value();
+  if (rows) {
+    src << "struct RowValues {\n";
+    for (std::size_t k = 0; k < rspec.row_values.size(); ++k) {
+      const DType dtype = spec.outputs[static_cast<std::size_t>(rspec.row_values[k])].tensor.dtype;
+      src << "  " << compute_type(dtype) << " v" << std::to_string(k) << ";\n";
+    }
+    src << "};\n\n";
   }
-  src << "  }\n};\n\n";
+  src << "struct Store {\n";
+  members(side, true, src);
+  src << "  template <class Acc>\n  __device__ __forceinline__ " << (rows ? "RowValues" : "void")
+      << " operator()(const I o, const Acc& acc, const I n" << (rows ? ", const bool leader" : "")
+      << ") const {\n"
+      << "    const " << compute_type(rspec.out_dtype)
+      << " x0 = " << finalize_expr(rspec, acc_dtype) << ";\n";
+  src << emit::strided_offsets(strided_of(side, true), spec.rank, "shape", "o", "    ");
+  load_inputs(side, "o", src);
+  declare_outputs(spec, src);
+  src << "    mb_epilogue(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
+  if (!rows) {
+    store_outputs(side, "o", "    ", src);
+    src << "  }\n};\n\n";
+    return;
+  }
+  src << "    if (leader) {\n";
+  store_outputs(side, "o", "      ", src);
+  src << "    }\n    return RowValues{";
+  for (std::size_t k = 0; k < rspec.row_values.size(); ++k) {
+    const std::string y = "y" + std::to_string(rspec.row_values[k]);
+    const DType dtype = spec.outputs[static_cast<std::size_t>(rspec.row_values[k])].tensor.dtype;
+    src << (k ? ", " : "") << "mb::to_compute(mb::from_compute<" << storage_type(dtype) << ">(" << y
+        << "))";
+  }
+  src << "};\n  }\n};\n\n";
+}
+
+// The RowStore functor of a row epilogue: at element i of the input space,
+// the row epilogue over the row values `rv` and its loaded inputs, stored.
+// `vec` > 1 adds the member vec<N>(i, rv) for dense rows (every tensor
+// Aligned or periodic, i 16-byte aligned).
+void emit_row_store_struct(const Side& side, int vec, std::ostringstream& src) {
+  const PointwiseSpec& spec = side.spec;
+  src << "struct RowStore {\n";
+  members(side, true, src);
+  src << "  __device__ __forceinline__ void operator()(const I i, const RowValues& rv) const {\n";
+  src << emit::strided_offsets(strided_of(side, true), spec.rank, "shape", "i", "    ");
+  for (std::size_t k = 0; k < side.first_input; ++k) {
+    src << "    const " << compute_type(spec.inputs[k].dtype) << " x" << std::to_string(k)
+        << " = rv.v" << std::to_string(k) << ";\n";
+  }
+  load_inputs(side, "i", src);
+  declare_outputs(spec, src);
+  src << "    mb_row(" << emit::body_call_args(spec, "x", "", "s", "y", "") << ");\n";
+  store_outputs(side, "i", "    ", src);
+  src << "  }\n";
+  if (vec > 1) {
+    src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, const RowValues& "
+           "rv) const {\n";
+    for (std::size_t k = 0; k < side.first_input; ++k) {
+      const std::string x = "x" + std::to_string(k);
+      src << "    " << compute_type(spec.inputs[k].dtype) << " " << x << "[N];\n"
+          << "#pragma unroll\n    for (int k = 0; k < N; ++k) " << x << "[k] = rv.v"
+          << std::to_string(k) << ";\n";
+    }
+    vector_loads(side, src);
+    for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
+      src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
+          << "[N];\n";
+    }
+    src << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_row("
+        << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n";
+    for (std::size_t k = 0; k < side.stored; ++k) {
+      src << "    mb::store_compute<N>(" << side.out_prefix << std::to_string(k) << " + i, y"
+          << std::to_string(k) << ");\n";
+    }
+    src << "  }\n";
+  }
+  src << "};\n\n";
 }
 
 std::string reducer_type(ReduceOp op, DType acc_dtype) {
@@ -209,6 +331,7 @@ struct Params {
   std::ostringstream src;
   std::vector<std::string> load_init;
   std::vector<std::string> store_init;
+  std::vector<std::string> row_init;
   std::string sep = "\n    ";
   KernelEntry* entry = nullptr;
 
@@ -232,11 +355,28 @@ void add_pointer_params(const Side& in, const Side& out, Params& p) {
           {KernelParam::Kind::Pointer, n});
     p.store_init.push_back(n);
   }
-  for (std::size_t k = 0; k < out.spec.outputs.size(); ++k) {
+  for (std::size_t k = 0; k < out.stored; ++k) {
     const std::string n = "out" + std::to_string(k);
     p.add(std::string(storage_type(out.spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
           {KernelParam::Kind::Pointer, n});
     p.store_init.push_back(n);
+  }
+}
+
+// The row epilogue's tensors (Note [Row epilogues]): "rin<k>" for inputs
+// from side.first_input on, "rout<k>" for its outputs.
+void add_row_pointer_params(const Side& row, Params& p) {
+  for (std::size_t k = row.first_input; k < row.spec.inputs.size(); ++k) {
+    const std::string n = "rin" + std::to_string(k);
+    p.add("const " + std::string(storage_type(row.spec.inputs[k].dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+    p.row_init.push_back(n);
+  }
+  for (std::size_t k = 0; k < row.stored; ++k) {
+    const std::string n = "rout" + std::to_string(k);
+    p.add(std::string(storage_type(row.spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
+          {KernelParam::Kind::Pointer, n});
+    p.row_init.push_back(n);
   }
 }
 
@@ -288,19 +428,36 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
   const PointwiseSpec prologue = effective_prologue(spec);
   const PointwiseSpec epilogue = effective_epilogue(spec);
   const bool divisors = !spec.index64;  // fast_div takes 32-bit numerators
-  const Side in{prologue, divisors, "in", "scalar", "in_shape", 0};
-  const Side out{epilogue, divisors, "ein", "escalar", "out_shape", 1};
+  const Side in{prologue, divisors, "in", "scalar", "in_shape", 0, "out", 0};
+  const Side out{epilogue,    divisors, "ein", "escalar",
+                 "out_shape", 1,        "out", spec.stored_outputs()};
+  const PointwiseSpec row_spec = spec.row_epilogue.value_or(PointwiseSpec{});
+  const Side row{row_spec,    divisors,
+                 "rin",       "rscalar",
+                 "row_shape", spec.row_values.size(),
+                 "rout",      row_spec.outputs.size()};
   const DType acc_dtype = reduction_acc_dtype(prologue.outputs[0].tensor.dtype);
 
+  // Vectors where every input is dense or periodic (a periodic one is read
+  // element by element inside the vector loop).
   bool aligned = !prologue.inputs.empty();
   std::vector<DType> in_dtypes;
   for (const auto& t : prologue.inputs) {
-    aligned = aligned && t.mode == IndexMode::Aligned;
+    aligned = aligned && (t.mode == IndexMode::Aligned || is_periodic(t.mode));
     in_dtypes.push_back(t.dtype);
   }
   const bool inner_block =
       spec.axis == ReduceAxis::Inner && spec.strategy == ReduceStrategy::BlockPerRow;
   const int vec = inner_block && aligned ? pointwise_vector_width(in_dtypes) : 1;
+  // Note [Row epilogues]: rows stored as vectors when every tensor is dense.
+  bool rows_aligned = spec.row_epilogue.has_value();
+  for (std::size_t k = row.first_input; k < row_spec.inputs.size(); ++k) {
+    const IndexMode mode = row_spec.inputs[k].mode;
+    rows_aligned = rows_aligned && (mode == IndexMode::Aligned || is_periodic(mode));
+  }
+  for (const PwOutput& o : row_spec.outputs)
+    rows_aligned = rows_aligned && o.tensor.mode == IndexMode::Aligned;
+  const int row_vec = rows_aligned ? pointwise_vector_width(row_spec) : 1;
 
   KernelEntry entry;
   entry.name = "mb_reduction_" + emit::hex16(spec.hash());
@@ -316,10 +473,15 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
       << emit::body_function(epilogue, "mb_epilogue") << "\n";
   emit_load_struct(in, vec, src);
   emit_store_struct(spec, out, acc_dtype, src);
+  if (spec.row_epilogue) {
+    src << emit::body_function(row_spec, "mb_row") << "\n";
+    emit_row_store_struct(row, row_vec, src);
+  }
 
   Params p;
   p.entry = &entry;
   add_pointer_params(in, out, p);
+  if (spec.row_epilogue) add_row_pointer_params(row, p);
   add_scalar_params(in, p.load_init, p);
   add_scalar_params(out, p.store_init, p);
   const std::string rows = spec.axis == ReduceAxis::Outer ? "outer" : "rows";
@@ -329,8 +491,10 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
     p.add("const long long inner", {KernelParam::Kind::Int64, "inner"});
   add_dims_params(in, false, p.load_init, p);
   add_dims_params(out, true, p.store_init, p);
+  if (spec.row_epilogue) add_dims_params(row, true, p.row_init, p);
   add_periodic_params(in, p.load_init, p);
   add_periodic_params(out, p.store_init, p);
+  if (spec.row_epilogue) add_periodic_params(row, p.row_init, p);
 
   const std::string reducer = reducer_type(spec.op, acc_dtype);
   // The signature, Load and Store of an entry taking entry 0's parameters.
@@ -339,11 +503,18 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
         << std::to_string(e.block_x * e.block_y) << ") " << e.name << "(" << p.src.str() << ") {\n"
         << "  const Load load{" << join(p.load_init) << "};\n"
         << "  const Store store{" << join(p.store_init) << "};\n";
+    if (spec.row_epilogue) src << "  const RowStore row_store{" << join(p.row_init) << "};\n";
   };
   open_entry(entry);
   if (spec.axis == ReduceAxis::Outer) {
     src << "  mb::reduce_outer<" << reducer
         << ", I>(load, store, static_cast<I>(outer), static_cast<I>(n), static_cast<I>(inner));\n";
+  } else if (spec.row_epilogue) {
+    // Note [Row epilogues]: one launch a row, no split entries.
+    src << "  mb::reduce_inner_" << (inner_block ? "block" : "warp") << "_rows<" << reducer
+        << ", I, " << std::to_string(inner_block ? vec : 1) << ", " << std::to_string(row_vec)
+        << ">(load, store, row_store, static_cast<I>(rows), static_cast<I>(n));\n}\n";
+    return EmittedKernel{src.str(), {entry}};
   } else if (inner_block) {
     src << "  mb::reduce_inner_block<" << reducer << ", I, " << std::to_string(vec)
         << ">(load, store, static_cast<I>(rows), static_cast<I>(n));\n";

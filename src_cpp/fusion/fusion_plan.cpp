@@ -79,7 +79,7 @@ FusionPlan plan_fusion(const Graph& graph, const PartitionResult& partitions,
     if (cuda && options.matmul) matmul->claim(nodes, claimed);
     if (cuda && options.conv) conv->claim(nodes, claimed);
     if (cuda && options.generated_kernels) {
-      claim_reduction_groups(*index, nodes, claimed);
+      claim_reduction_groups(*index, nodes, claimed, options.row_epilogues);
       claim_pool_groups(*index, nodes, claimed);
     }
     if (cuda && (options.generated_kernels || !claimed.groups().empty())) {

@@ -91,6 +91,11 @@ struct ReductionGroup {
   // Epilogue inputs; entry 0 stands for the reduced value (no tensor).
   std::vector<ValueId> epilogue_inputs;
   std::vector<ValueId> outputs;  // spec.epilogue->outputs[k] stores outputs[k]
+  // Note [Row epilogues]: spec.row_epilogue->inputs[k] reads row_inputs[k]
+  // (entries below spec.row_values.size() are row values: -1, no tensor),
+  // spec.row_epilogue->outputs[k] stores row_outputs[k].
+  std::vector<ValueId> row_inputs;
+  std::vector<ValueId> row_outputs;
 };
 
 // What the runtime needs to launch a generated row-wise normalization
@@ -292,6 +297,9 @@ struct FusionOptions {
   // [Concatenations in pointwise kernels]); MYBACKEND_FUSED_CATS=0 turns
   // them off.
   bool concatenations = true;
+  // Row reductions with their rows' elementwise readers in one kernel (Note
+  // [Row epilogues in the graph]); MYBACKEND_ROW_EPILOGUES=0 turns them off.
+  bool row_epilogues = true;
   // Launch parameters of generated kernels, copied into their specs (Note
   // [Tuning in the specs] in tuned_specs.h).
   LaunchTuning tuning;

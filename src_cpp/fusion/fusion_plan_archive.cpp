@@ -19,7 +19,8 @@ void archive(Ar& ar, ReductionGroup& g) {
   ar.id(g.reduced, IdSpace::Value);
   ar.id(g.result, IdSpace::Value);
   fields(ar, g.reduce_begin, g.reduce_end, g.in_order, g.out_order);
-  for (std::vector<ValueId>* ids : {&g.inputs, &g.epilogue_inputs, &g.outputs})
+  for (std::vector<ValueId>* ids :
+       {&g.inputs, &g.epilogue_inputs, &g.outputs, &g.row_inputs, &g.row_outputs})
     archive_ids(ar, *ids, IdSpace::Value);
 }
 
@@ -109,7 +110,7 @@ void archive(Ar& ar, FusionPlan& plan) {
 template <class Ar>
 void archive(Ar& ar, FusionOptions& o) {
   fields(ar, o.generated_kernels, o.min_pointwise_nodes, o.matmul, o.autotune, o.attention,
-         o.attention_beyond_cudnn_ops, o.conv, o.concatenations, o.tuning);
+         o.attention_beyond_cudnn_ops, o.conv, o.concatenations, o.row_epilogues, o.tuning);
 }
 
 MB_ARCHIVE_BOTH_WAYS(PointwiseGroup);

@@ -60,19 +60,15 @@ std::string prologue_spec(const Graph& graph, const std::vector<NodeId>& nodes, 
   return {};
 }
 
-namespace {
-
-// Note [Epilogue operands recomputed]: the producers of `taken`'s other
-// operands, of space `key`, read only by `members`; appended to `taken`.
 void take_operand_producers(const GraphIndex& index, const std::string& key,
                             const std::function<bool(NodeId)>& available, std::set<NodeId>& members,
-                            std::vector<NodeId>& taken) {
+                            std::vector<NodeId>& taken, std::size_t limit) {
   const Graph& graph = index.graph;
   std::priority_queue<NodeId> pending;  // highest id first: readers before producers
   for (NodeId u : taken)
     for (NodeId p : index.producers[static_cast<std::size_t>(u)]) pending.push(p);
   std::size_t added = 0;
-  while (!pending.empty() && added < kMaxOperandProducers) {
+  while (!pending.empty() && added < limit) {
     const NodeId p = pending.top();
     pending.pop();
     if (!available(p) || members.count(p)) continue;
@@ -88,8 +84,6 @@ void take_operand_producers(const GraphIndex& index, const std::string& key,
     for (NodeId q : index.producers[static_cast<std::size_t>(p)]) pending.push(q);
   }
 }
-
-}  // namespace
 
 std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
                                          const std::function<bool(NodeId)>& available,

@@ -56,6 +56,13 @@ std::vector<NodeId> elementwise_epilogue(const GraphIndex& index, ValueId value,
 // computes them per output element from their own inputs.
 constexpr std::size_t kMaxOperandProducers = 4;
 
+// Note [Epilogue operands recomputed]: the producers of `taken`'s other
+// operands, of space `key`, read only by `members` (at most `limit`, the
+// group staying convex); appended to `taken`, added to `members`.
+void take_operand_producers(const GraphIndex& index, const std::string& key,
+                            const std::function<bool(NodeId)>& available, std::set<NodeId>& members,
+                            std::vector<NodeId>& taken, std::size_t limit = kMaxOperandProducers);
+
 // The SSA of prologue `nodes` (ascending) over `value`'s space: one output,
 // `value` converted to `dtype` (it gives only the dtype: the kernel takes
 // the value, nothing is stored), of rank value's rank. Its inputs load

@@ -1,12 +1,14 @@
 #include "fusion/reduction_lowering.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/error.h"
 #include "fusion/pointwise_lowering.h"
 #include "fusion/pointwise_planner.h"
 #include "fusion/prologue.h"
+#include "fusion/row_epilogue.h"
 
 namespace mybackend {
 namespace {
@@ -121,6 +123,126 @@ ReductionWalk reduction_walk(const TensorType& in_type, const ReductionNode& r, 
   return ReductionWalk{order, std::move(out_order), first, last + 1};
 }
 
+// The nodes of `pool` that `targets` depend on through nodes of `pool`,
+// ascending.
+std::vector<NodeId> depended_on(const GraphIndex& index, const std::vector<ValueId>& targets,
+                                const std::set<NodeId>& pool) {
+  std::set<NodeId> found;
+  std::vector<NodeId> stack;
+  for (ValueId v : targets) stack.push_back(index.graph.value(v).producer);
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    if (n < 0 || !pool.count(n) || !found.insert(n).second) continue;
+    for (NodeId p : index.producers[static_cast<std::size_t>(n)]) stack.push_back(p);
+  }
+  return {found.begin(), found.end()};
+}
+
+// Note [Row epilogues]: the row epilogue's spec over the input space, its
+// tensors in group->row_inputs / row_outputs, and the epilogue outputs its
+// row values read appended to the epilogue (unstored unless read outside).
+// `rows` are the row views and elementwise ops; `computed` the input-space
+// nodes of the group; `results` the output-space values (the reduced value,
+// the epilogue's).
+std::string build_row_epilogue(const GraphIndex& index, const ReductionNode& reduction,
+                               const std::vector<ValueId>& results, const std::vector<NodeId>& rows,
+                               const std::set<NodeId>& computed, const std::set<NodeId>& members,
+                               PointwiseSsa& epi, PointwiseSpec& espec, ReductionGroup& group,
+                               ReductionSpec& spec) {
+  const Graph& graph = index.graph;
+  const TensorType& in_type = graph.value(reduction.input).tensor;
+  const int in_rank = static_cast<int>(in_type.rank());
+  // Row views: value -> the result it shows (one value a row).
+  std::map<ValueId, ValueId> shows;
+  for (ValueId v : results) shows[v] = v;
+  for (NodeId id : rows) {
+    const Node& node = graph.node(id);
+    if (node.args.empty() || node.args[0].kind != Argument::Kind::Value) continue;
+    const auto base = shows.find(node.args[0].value);
+    if (base != shows.end() && !computed.count(id)) shows[node.outputs[0]] = base->second;
+  }
+  std::vector<ValueId> stored;  // what leaves the row epilogue
+  for (NodeId id : rows) {
+    if (!computed.count(id)) continue;
+    const ValueId v = graph.node(id).outputs[0];
+    if (index.used_outside(v, members)) stored.push_back(v);
+  }
+  if (stored.empty()) return "the row epilogue stores nothing";
+  const std::vector<NodeId> nodes = depended_on(index, stored, computed);
+  // A tensor from outside holding one value a row (an RMS norm's saved
+  // rstd) is read once a row too: the epilogue loads it in the result's
+  // space, where it is dense, instead of each element finding it through
+  // strides. Only where the result keeps the reduced dims (one layout).
+  const bool keepdim = keeps_rows(graph.value(reduction.output).tensor, in_type, reduction.dims);
+  for (NodeId id : nodes) {
+    for (const Argument& a : graph.node(id).args) {
+      if (a.kind != Argument::Kind::Value || !keepdim) continue;
+      const Value& value = graph.value(a.value);
+      if (value.kind == ValueKind::Tensor && !members.count(value.producer) &&
+          keeps_rows(value.tensor, in_type, reduction.dims))
+        shows[a.value] = a.value;
+    }
+  }
+  // Row values first: inputs [0, R) of the SSA.
+  PointwiseSsa ssa(graph);
+  std::vector<ValueId> row_values;
+  for (NodeId id : nodes) {
+    for (const Argument& a : graph.node(id).args) {
+      if (a.kind != Argument::Kind::Value) continue;
+      const auto shown = shows.find(a.value);
+      if (shown == shows.end() && computed.count(graph.value(a.value).producer) == 0 &&
+          members.count(graph.value(a.value).producer) > 0)
+        return graph.node(id).name +
+               " reads a value of the group that is neither of the input "
+               "space nor one a row";
+      if (shown == shows.end()) continue;
+      if (std::find(row_values.begin(), row_values.end(), a.value) != row_values.end()) continue;
+      row_values.push_back(a.value);
+      ssa.logical(a.value);
+    }
+  }
+  for (NodeId id : nodes) {
+    if (std::string p = ssa.add_node(graph.node(id)); !p.empty())
+      return graph.node(id).name + ": " + p;
+  }
+  PointwiseSpec& rspec = ssa.spec();
+  rspec.rank = in_rank;
+  if (rspec.coords > 0 || !rspec.guards.empty()) return "the row epilogue walks a concatenation";
+  const std::string in_key = shape_key(in_type);
+  for (ValueId v : stored) {
+    rspec.outputs.push_back(
+        PwOutput{arg_for(graph.value(v).tensor, in_key, in_rank, group.in_order), ssa.logical(v)});
+    group.row_outputs.push_back(v);
+  }
+  group.row_inputs = ssa.inputs();
+  for (std::size_t k = 0; k < rspec.inputs.size(); ++k) {
+    const ValueId v = group.row_inputs[k];
+    if (k < row_values.size()) {
+      // The result it shows, as an epilogue output (appended unstored).
+      const ValueId result = shows.at(v);
+      const std::int32_t instr = epi.logical(result);
+      std::int32_t out = -1;
+      for (std::size_t o = 0; o < espec.outputs.size(); ++o) {
+        if (espec.outputs[o].value == instr) out = static_cast<std::int32_t>(o);
+      }
+      if (out < 0) {
+        espec.outputs.push_back(
+            PwOutput{TensorArg{graph.value(result).tensor.dtype, IndexMode::Contiguous, 0}, instr});
+        out = static_cast<std::int32_t>(espec.outputs.size() - 1);
+        ++spec.unstored_outputs;
+      }
+      spec.row_values.push_back(out);
+      rspec.inputs[k] = TensorArg{graph.value(result).tensor.dtype, IndexMode::Contiguous, 0};
+      group.row_inputs[k] = -1;
+      continue;
+    }
+    rspec.inputs[k] = input_arg_for(graph.value(v).tensor, in_type, in_rank, group.in_order);
+  }
+  spec.row_epilogue = std::move(rspec);
+  return {};
+}
+
 }  // namespace
 
 bool dims_argument(const Argument& arg, std::int64_t rank, std::vector<int>* dims) {
@@ -197,15 +319,21 @@ std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode*
   return {};
 }
 
-std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& index,
-                                                            const ReductionNode& reduction,
-                                                            const std::vector<NodeId>& prologue,
-                                                            const std::vector<NodeId>& epilogue,
-                                                            std::string* why) {
+std::shared_ptr<const ReductionGroup> build_reduction_group(
+    const GraphIndex& index, const ReductionNode& reduction, const std::vector<NodeId>& prologue,
+    const std::vector<NodeId>& epilogue, const std::vector<NodeId>& row_nodes, std::string* why) {
   const Graph& graph = index.graph;
   std::set<NodeId> members(prologue.begin(), prologue.end());
   members.insert(epilogue.begin(), epilogue.end());
+  members.insert(row_nodes.begin(), row_nodes.end());
   members.insert(graph.value(reduction.output).producer);
+  // The group's nodes of the input space: the prologue's and the row
+  // epilogue's elementwise ops (not its row views).
+  std::set<NodeId> computed(prologue.begin(), prologue.end());
+  const std::string in_space = space_key(graph.value(reduction.input).tensor);
+  for (NodeId id : row_nodes) {
+    if (elementwise_of_space(graph, graph.node(id), in_space)) computed.insert(id);
+  }
   const TensorType& in_type = graph.value(reduction.input).tensor;
   const TensorType& out_type = graph.value(reduction.output).tensor;
   const int in_rank = static_cast<int>(in_type.rank());
@@ -226,8 +354,8 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
 
   // Prologue: the value reduced, at each element of the input space.
   PointwiseSpec pspec;
-  if (std::string p = prologue_spec(graph, prologue, reduction.input, reduction.value_dtype, &pspec,
-                                    &group->inputs);
+  if (std::string p = prologue_spec(graph, depended_on(index, {reduction.input}, computed),
+                                    reduction.input, reduction.value_dtype, &pspec, &group->inputs);
       !p.empty()) {
     *why = p;
     return nullptr;
@@ -258,7 +386,22 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
         PwOutput{arg_for(t, out_key, out_rank, group->out_order), epi.logical(v)});
     group->outputs.push_back(v);
   }
-  if (group->outputs.empty()) {
+  ReductionSpec spec;
+  if (!row_nodes.empty()) {
+    if (group->reduce_end != in_rank) {
+      *why = "a row epilogue needs the reduced dims innermost";
+      return nullptr;
+    }
+    std::vector<ValueId> results = {reduction.output};
+    for (NodeId id : epilogue) results.push_back(graph.node(id).outputs[0]);
+    if (std::string p = build_row_epilogue(index, reduction, results, row_nodes, computed, members,
+                                           epi, espec, *group, spec);
+        !p.empty()) {
+      *why = "row epilogue: " + p;
+      return nullptr;
+    }
+  }
+  if (group->outputs.empty() && !spec.row_epilogue) {
     *why = "the group computes nothing anyone reads";
     return nullptr;
   }
@@ -270,7 +413,6 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
     espec.inputs[k] = input_arg_for(graph.value(group->epilogue_inputs[k]).tensor, out_type,
                                     out_rank, group->out_order);
 
-  ReductionSpec spec;
   spec.op = reduction.op;
   spec.axis = group->reduce_end == in_rank ? ReduceAxis::Inner : ReduceAxis::Outer;
   // Short rows of a known length: a warp per row keeps the block busy.
@@ -296,6 +438,7 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& in
   general.index64 = true;
   make_general(*general.prologue);
   make_general(*general.epilogue);
+  if (general.row_epilogue) make_general(*general.row_epilogue);
   if (std::string p = validate_variants(spec, general); !p.empty()) {
     *why = p;
     return nullptr;

@@ -49,13 +49,15 @@ std::string parse_reduction(const Graph& graph, const Node& node, ReductionNode*
 // Epilogue inputs (the result space) are read the same way. No vector width
 // applies: reduction kernels load vectors only when every input is dense.
 //
-// The spec of prologue nodes + reduction + epilogue nodes (each ascending),
-// or null with *why. `members` is the whole group.
-std::shared_ptr<const ReductionGroup> build_reduction_group(const GraphIndex& index,
-                                                            const ReductionNode& reduction,
-                                                            const std::vector<NodeId>& prologue,
-                                                            const std::vector<NodeId>& epilogue,
-                                                            std::string* why);
+// The spec of prologue nodes + reduction + epilogue nodes + row epilogue
+// nodes (each ascending; the row epilogue's row views and elementwise ops,
+// Note [Row epilogues in the graph] in row_epilogue.h), or null with *why.
+// The prologue's and the row epilogue's SSA each take the input-space
+// nodes of both lists that their results depend on (a node the row
+// epilogue took may compute an operand of the value reduced).
+std::shared_ptr<const ReductionGroup> build_reduction_group(
+    const GraphIndex& index, const ReductionNode& reduction, const std::vector<NodeId>& prologue,
+    const std::vector<NodeId>& epilogue, const std::vector<NodeId>& row_nodes, std::string* why);
 
 // Normalised dims of an int[]? argument over a tensor of `rank` (None or []
 // mean every dim); false when an entry is not an int or out of range.

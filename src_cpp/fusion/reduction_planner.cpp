@@ -9,6 +9,7 @@
 #include "fusion/norm_prologue.h"
 #include "fusion/prologue.h"
 #include "fusion/reduction_lowering.h"
+#include "fusion/row_epilogue.h"
 
 namespace mybackend {
 namespace {
@@ -21,10 +22,24 @@ bool reads_strided(const ReductionSpec& spec) {
 
 std::string kind_text(NormKind kind) { return std::string(norm_kind_name(kind)); }
 
+// Note [Row epilogues in the graph]: rows of a static length short enough
+// for one block.
+bool rows_fit_one_block(const Graph& graph, const ReductionNode& r) {
+  const TensorType& in = graph.value(r.input).tensor;
+  std::int64_t length = 1;
+  for (int d : r.dims) {
+    const Dim& size = in.sizes[static_cast<std::size_t>(d)];
+    if (!size.is_static()) return false;
+    length *= size.static_value();
+  }
+  return length <= kMaxRowEpilogueLength;
+}
+
 struct Claimer {
   const GraphIndex& index;
   std::set<NodeId> partition;
   ClaimedGroups& claimed;
+  bool row_epilogues;
 
   bool free(NodeId n) const { return partition.count(n) && !claimed.claimed(n); }
 
@@ -73,10 +88,31 @@ struct Claimer {
     const std::vector<NodeId> epilogue = elementwise_epilogue(
         index, r.output, [this](NodeId p) { return free(p); }, members,
         /*operand_producers=*/true);  // Note [Epilogue operands recomputed]
-    const bool lone = prologue.empty() && epilogue.empty();
     std::string why;
     std::shared_ptr<const ReductionGroup> built =
-        build_reduction_group(index, r, prologue, epilogue, &why);
+        build_reduction_group(index, r, prologue, epilogue, {}, &why);
+    // Note [Row epilogues in the graph]
+    std::vector<NodeId> rows;
+    std::string rows_why;
+    if (row_epilogues && built && built->spec.axis == ReduceAxis::Inner &&
+        rows_fit_one_block(graph, r)) {
+      std::vector<ValueId> results = {r.output};
+      for (NodeId e : epilogue) results.push_back(graph.node(e).outputs[0]);
+      std::set<NodeId> trial = members;
+      rows = take_row_epilogue(
+          index, r.input, r.dims, results, [this](NodeId p) { return free(p); }, trial);
+      if (!rows.empty()) {
+        std::shared_ptr<const ReductionGroup> with_rows =
+            build_reduction_group(index, r, prologue, epilogue, rows, &rows_why);
+        if (with_rows) {
+          built = std::move(with_rows);
+          members.swap(trial);
+        } else {
+          rows.clear();
+        }
+      }
+    }
+    const bool lone = prologue.empty() && epilogue.empty() && rows.empty();
     // Note [Lone column reductions]: a lone reduction over inner dims is
     // one ATen launch as fast as ours, but ATen's column reductions (a bias
     // gradient's sum over tokens) read at under half the copy bandwidth,
@@ -107,7 +143,10 @@ struct Claimer {
     group.why =
         std::string(reduce_op_name(r.op)) + " (" + std::string(reduce_axis_name(built->spec.axis)) +
         ") with " + std::to_string(prologue.size()) + " prologue and " +
-        std::to_string(epilogue.size()) + " epilogue elementwise ops as one generated kernel";
+        std::to_string(epilogue.size()) + " epilogue elementwise ops" +
+        (rows.empty() ? "" : " and a row epilogue of " + std::to_string(rows.size()) + " ops") +
+        " as one generated kernel" +
+        (rows_why.empty() ? "" : " (row epilogue not taken: " + rows_why + ")");
     claimed.claim(std::move(group));
   }
 };
@@ -115,8 +154,8 @@ struct Claimer {
 }  // namespace
 
 void claim_reduction_groups(const GraphIndex& index, const std::vector<NodeId>& partition_nodes,
-                            ClaimedGroups& claimed) {
-  Claimer claimer{index, {partition_nodes.begin(), partition_nodes.end()}, claimed};
+                            ClaimedGroups& claimed, bool row_epilogues) {
+  Claimer claimer{index, {partition_nodes.begin(), partition_nodes.end()}, claimed, row_epilogues};
   // Norms first: an RMS-norm chain contains a mean that would otherwise
   // anchor a plain reduction group.
   for (NodeId n : partition_nodes) {

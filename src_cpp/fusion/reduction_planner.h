@@ -54,8 +54,9 @@ namespace mybackend {
 
 // Claims norm and reduction groups among the partition's nodes that
 // `claimed` does not hold yet; refuses (with the reason) reductions and norm
-// anchors it cannot use.
+// anchors it cannot use. `row_epilogues`: reductions may take their rows'
+// readers (Note [Row epilogues in the graph]).
 void claim_reduction_groups(const GraphIndex& index, const std::vector<NodeId>& partition_nodes,
-                            ClaimedGroups& claimed);
+                            ClaimedGroups& claimed, bool row_epilogues = true);
 
 }  // namespace mybackend

@@ -19,5 +19,6 @@ list(APPEND CORE_SOURCES
   fusion/norm_epilogue.cpp
   fusion/reduction_planner.cpp
   fusion/prologue.cpp
+  fusion/row_epilogue.cpp
   fusion/pool_planner.cpp
   fusion/tuned_specs.cpp)

@@ -31,6 +31,7 @@ CompileOptions options_from_environment(const char* (*env)(const char*)) {
   options.view_replay = !switched_off(env("MYBACKEND_VIEW_REPLAY"));
   options.host_times = switched_on(env("MYBACKEND_HOST_TIMES"));
   options.fusion.concatenations = !switched_off(env("MYBACKEND_FUSED_CATS"));
+  options.fusion.row_epilogues = !switched_off(env("MYBACKEND_ROW_EPILOGUES"));
   if (const char* target = env("MYBACKEND_NVRTC_TARGET"); target != nullptr)
     options.codegen.forced_target = target;
   return options;

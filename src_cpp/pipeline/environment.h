@@ -9,7 +9,9 @@
 // the dispatcher on every call, Note [Views replayed without the
 // dispatcher]), MYBACKEND_HOST_TIMES=1 (the executor's host time by step,
 // Note [Host time by step]), MYBACKEND_FUSED_CATS=0 (concatenations left to ATen, Note
-// [Concatenations in pointwise kernels]) and MYBACKEND_NVRTC_TARGET, the target
+// [Concatenations in pointwise kernels]), MYBACKEND_ROW_EPILOGUES=0 (a row
+// reduction's broadcast readers in a kernel of their own, Note [Row epilogues
+// in the graph]) and MYBACKEND_NVRTC_TARGET, the target
 // NVRTC compiles for instead of the GPU's. They are read here, at each compile, into
 // the compile options that the options the caller passes then override; no
 // other code of the core reads them, and nothing keeps them process-wide.

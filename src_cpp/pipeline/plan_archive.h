@@ -33,7 +33,7 @@
 
 namespace mybackend {
 
-constexpr std::uint32_t kPlanFormatVersion = 7;  // 7: concatenations in pointwise kernels
+constexpr std::uint32_t kPlanFormatVersion = 8;  // 8: reductions' row epilogues
 
 // The bytes of `plan`, made for `graph` under `options`.
 std::string save_plan(const Graph& graph, const PlanningOptions& options, const CorePlan& plan);

@@ -53,6 +53,14 @@ std::vector<ValueId> outputs_of(const KernelGroup& g) {
   return payload<Spec>(g)->outputs;
 }
 
+// Note [Row epilogues]: a reduction also writes its row epilogue's outputs.
+std::vector<ValueId> reduction_outputs(const KernelGroup& g) {
+  const std::shared_ptr<const ReductionGroup> r = payload<ReductionGroup>(g);
+  std::vector<ValueId> out = r->outputs;
+  out.insert(out.end(), r->row_outputs.begin(), r->row_outputs.end());
+  return out;
+}
+
 std::vector<ValueId> norm_outputs(const KernelGroup& g) {
   std::vector<ValueId> out;
   for (const auto& [name, value] : payload<NormGroup>(g)->outputs)
@@ -101,7 +109,7 @@ constexpr KernelKindTraits kTable[] = {
      kGeneratedFallbacks, &outputs_of<PointwiseGroup>, false, &no_values, nullptr,
      MB_BUILD(PointwiseGroup, pointwise_build), MB_SOURCE(PointwiseGroup, emit_pointwise)},
     {K::Reduction, E::Generated, "mybackend::reduction", "generated_reductions_run",
-     kGeneratedFallbacks, &outputs_of<ReductionGroup>, false, &no_values, nullptr,
+     kGeneratedFallbacks, &reduction_outputs, false, &no_values, nullptr,
      MB_BUILD(ReductionGroup, reduction_build), MB_SOURCE(ReductionGroup, emit_reduction)},
     {K::Norm, E::Generated, "mybackend::norm", "generated_norms_run", kGeneratedFallbacks,
      &norm_outputs, false, &no_values, nullptr, MB_BUILD(NormGroup, norm_build),

@@ -216,10 +216,21 @@ std::string ReductionSpec::to_string() const {
   } else {
     out << "  output " << tensor_text(output) << "\n";
   }
+  if (row_epilogue) {
+    out << "  row epilogue (row values";
+    for (std::int32_t v : row_values) out << " out" << std::to_string(v);
+    out << "; unstored outputs " << std::to_string(unstored_outputs) << "):\n";
+    indent_into(out, row_epilogue->to_string(), "    ");
+  }
   return out.str();
 }
 
 std::uint64_t ReductionSpec::hash() const { return fnv1a64(to_string()); }
+
+std::size_t ReductionSpec::stored_outputs() const {
+  const std::size_t all = epilogue ? epilogue->outputs.size() : 1;
+  return all - static_cast<std::size_t>(unstored_outputs);
+}
 
 // "1"/"0", as streaming a bool prints it, without the locale's num_put
 // (Note in docs/design/0004-fusion-planner.md: it crashed on the GPU image).

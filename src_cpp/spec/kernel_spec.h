@@ -253,6 +253,19 @@ std::string_view reduce_strategy_name(ReduceStrategy strategy);
 //
 // Accumulation: fp32 for fp16/bf16/fp32, fp64 for fp64, int64 for integers.
 // Var/Std use Welford and divide by max(0, n - correction).
+//
+// Note [Row epilogues]
+// An Inner reduction may carry a row epilogue: a PointwiseSpec over the
+// input space (rank input_rank) that the kernel runs over each row right
+// after reducing it, in the same block (or warp): the elementwise ops that
+// read the row's result broadcast back over the row (an RMS norm's input
+// gradient, x / x.norm(dim=-1, keepdim=True), x - x.mean(-1, keepdim=True)).
+// Its inputs [0, row_values.size()) are row values, epilogue output
+// row_values[k] of the row (held in registers, rounded to its dtype as a
+// store would round it); the others are tensors of the input space. Its
+// outputs are stored over the input space. The last `unstored_outputs`
+// epilogue outputs only feed the row epilogue and are not stored. Kernels
+// with a row epilogue have no split entries: a row is reduced by one block.
 struct ReductionSpec {
   ReduceOp op = ReduceOp::Sum;
   ReduceAxis axis = ReduceAxis::Inner;
@@ -265,8 +278,14 @@ struct ReductionSpec {
   int output_rank = 1;      // iteration-space rank of the output side
   TensorArg output;         // used when there is no epilogue
   std::optional<PointwiseSpec> epilogue;
+  std::optional<PointwiseSpec> row_epilogue;  // Note [Row epilogues]
+  std::vector<std::int32_t> row_values;       // row_epilogue input k reads epilogue output [k]
+  int unstored_outputs = 0;                   // trailing epilogue outputs read only by the rows
   bool index64 = false;
   int threads = 256;  // Inner: block size; Outer: always 32 x 8
+
+  // The epilogue outputs the kernel stores: [0, stored_outputs()).
+  std::size_t stored_outputs() const;
 
   std::string to_string() const;
   std::uint64_t hash() const;

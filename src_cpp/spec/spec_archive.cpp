@@ -46,7 +46,8 @@ void archive(Ar& ar, PointwiseSpec& s) {
 template <class Ar>
 void archive(Ar& ar, ReductionSpec& s) {
   fields(ar, s.op, s.axis, s.strategy, s.input_rank, s.input, s.prologue, s.out_dtype, s.correction,
-         s.output_rank, s.output, s.epilogue, s.index64, s.threads);
+         s.output_rank, s.output, s.epilogue, s.row_epilogue, s.row_values, s.unstored_outputs,
+         s.index64, s.threads);
 }
 
 template <class Ar>

@@ -226,6 +226,31 @@ std::string validate(const ReductionSpec& spec) {
     return "epilogue input 0 must be the reduced value, of dtype " + name(spec.out_dtype);
   }
   if (std::string p = validate_embedded(epilogue); !p.empty()) return "epilogue: " + p;
+  if (spec.unstored_outputs < 0 ||
+      static_cast<std::size_t>(spec.unstored_outputs) > epilogue.outputs.size())
+    return "unstored_outputs out of range";
+  if (!spec.row_epilogue) {
+    if (spec.unstored_outputs != 0 || !spec.row_values.empty())
+      return "row values and unstored outputs need a row epilogue";
+    return {};
+  }
+  // Note [Row epilogues]
+  const PointwiseSpec& rows = *spec.row_epilogue;
+  if (spec.axis != ReduceAxis::Inner) return "only an inner reduction takes a row epilogue";
+  if (rows.rank != spec.input_rank) return "row epilogue rank differs from input_rank";
+  if (rows.outputs.empty()) return "the row epilogue stores nothing";
+  if (spec.row_values.size() > rows.inputs.size()) return "more row values than row inputs";
+  for (std::size_t k = 0; k < spec.row_values.size(); ++k) {
+    const std::int32_t v = spec.row_values[k];
+    if (v < 0 || static_cast<std::size_t>(v) >= epilogue.outputs.size())
+      return "row value " + std::to_string(k) + " names no epilogue output";
+    if (rows.inputs[k].dtype != epilogue.outputs[static_cast<std::size_t>(v)].tensor.dtype)
+      return "row value " + std::to_string(k) + " has another dtype than its epilogue output";
+  }
+  for (const PwScalar& s : rows.scalars) {
+    if (s.is_argument) return "a row epilogue takes no scalar arguments";
+  }
+  if (std::string p = validate_embedded(rows); !p.empty()) return "row epilogue: " + p;
   return {};
 }
 

@@ -45,6 +45,64 @@ void masked_by_a_fill(GraphBuilder& b, DType dtype) {
   b.set_outputs({v(y)});
 }
 
+// Autograd's RMS-norm backward as a compiled graph holds it (llama-style,
+// fp32 x and weight; Note [Row epilogues in the graph]) over [4, 6, cols]:
+// g = dy (upcast), gw = g * w, s = sum(gw * x, -1, keepdim), the input
+// gradient residual + g * w * rstd + expand(-0.5 * s * rstd^3) / cols *
+// (pow(x, 1) * 2), cast back. Outputs: the fp32 gradient, its cast and g
+// (read by the weight gradient's sum).
+// `reduced_dim` 1 sums over the middle dim instead (not a row).
+void rms_norm_backward_rows(GraphBuilder& b, DType dtype, std::int64_t cols = 64,
+                            std::int64_t reduced_dim = 2) {
+  const DType f32 = DType::Float32;
+  const std::vector<std::int64_t> full = {4, 6, cols};
+  std::vector<std::int64_t> row = {4, 6, cols};
+  row[static_cast<std::size_t>(reduced_dim)] = 1;
+  const TensorType t = tensor(f32, full);
+  const TensorType r = tensor(f32, row);
+  ValueId dy = b.add_input(out(tensor(dtype, full), "dy"));
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId rstd = b.add_input(out(tensor(f32, {4, 6, 1}), "rstd"));
+  ValueId w = b.add_input(out(tensor(f32, {cols}), "w"));
+  ValueId residual = b.add_input(out(t, "residual"));
+  ValueId g = dtype == f32
+                  ? dy
+                  : node1(b, "aten::_to_copy.default",
+                          {v(dy), Argument::of_dtype(f32), Argument::none(), Argument::none(),
+                           Argument::none(), Argument::of_bool(false), Argument::none()},
+                          t, "up");
+  ValueId gw = node1(b, "aten::mul.Tensor", {v(g), v(w)}, t, "gw");
+  ValueId gx = node1(b, "aten::mul.Tensor", {v(gw), v(x)}, t, "gx");
+  ValueId s =
+      node1(b, "aten::sum.dim_IntList",
+            {v(gx), ints({reduced_dim}), Argument::of_bool(true), Argument::none()}, r, "sum");
+  ValueId direct = node1(b, "aten::mul.Tensor", {v(gw), v(rstd)}, t, "direct");
+  ValueId cube = node1(b, "aten::pow.Tensor_Scalar", {v(rstd), Argument::of_int(3)},
+                       tensor(f32, {4, 6, 1}), "cube");
+  ValueId half = node1(b, "aten::mul.Scalar", {v(s), Argument::of_float(-0.5)}, r, "half");
+  ValueId scaled =
+      node1(b, "aten::mul.Tensor", {v(half), v(cube)}, reduced_dim == 2 ? r : t, "scaled");
+  ValueId e =
+      node1(b, "aten::expand.default",
+            {v(scaled),
+             Argument::of_list({Argument::of_int(4), Argument::of_int(6), Argument::of_int(cols)})},
+            t, "expand");
+  ValueId d = node1(b, "aten::div.Scalar", {v(e), Argument::of_int(cols)}, t, "div");
+  ValueId p1 = node1(b, "aten::pow.Tensor_Scalar", {v(x), Argument::of_float(1.0)}, t, "pow1");
+  ValueId twice = node1(b, "aten::mul.Scalar", {v(p1), Argument::of_float(2.0)}, t, "twice");
+  ValueId m = node1(b, "aten::mul.Tensor", {v(d), v(twice)}, t, "m");
+  ValueId through =
+      node1(b, "aten::add.Tensor", {v(residual), v(direct), Argument::of_int(1)}, t, "through");
+  ValueId sum = node1(b, "aten::add.Tensor", {v(through), v(m), Argument::of_int(1)}, t, "add");
+  ValueId back = dtype == f32
+                     ? sum
+                     : node1(b, "aten::_to_copy.default",
+                             {v(sum), Argument::of_dtype(dtype), Argument::none(), Argument::none(),
+                              Argument::none(), Argument::of_bool(false), Argument::none()},
+                             tensor(dtype, full), "down");
+  b.set_outputs({v(back), v(sum), v(g)});
+}
+
 // sum(x * 2, 1, keepdim) * f(rstd) over x [4, 8], f a chain of `chain`
 // elementwise ops over the reduced space [4, 1] (an RMS norm's backward:
 // pow(rstd, 3), then negations); with `read_elsewhere` f's last op is a

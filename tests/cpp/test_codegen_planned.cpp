@@ -57,6 +57,8 @@ TEST(CodegenPlanned, PlannedGroupsCompileToPtx) {
     graphs.push_back([d](GraphBuilder& b) { rms_norm_chain(b, d, d != DType::Float32, true); });
     graphs.push_back([d](GraphBuilder& b) { elementwise_then_layer_norm(b, d, false, false); });
     graphs.push_back([d](GraphBuilder& b) { masked_by_a_fill(b, d); });
+    graphs.push_back([d](GraphBuilder& b) { rms_norm_backward_rows(b, d); });
+    graphs.push_back([d](GraphBuilder& b) { rms_norm_backward_rows(b, d, 200); });
   }
   std::vector<EmittedKernel> kernels;
   for (const auto& build : graphs) {

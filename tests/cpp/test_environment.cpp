@@ -20,6 +20,7 @@ const char* a_b_run(const char* name) {
   if (n == "MYBACKEND_NVRTC_TARGET") return "compute_80";
   if (n == "MYBACKEND_VIEW_REPLAY") return "0";
   if (n == "MYBACKEND_FUSED_CATS") return "off";
+  if (n == "MYBACKEND_ROW_EPILOGUES") return "0";
   if (n == "MYBACKEND_HOST_TIMES") return "1";
   return nullptr;
 }
@@ -31,6 +32,7 @@ TEST(Environment, NothingSetIsTheDefaults) {
   EXPECT_EQ(options.codegen.forced_target, "");
   EXPECT_TRUE(options.view_replay);
   EXPECT_TRUE(options.fusion.concatenations);
+  EXPECT_TRUE(options.fusion.row_epilogues);
   EXPECT_FALSE(options.host_times);
 }
 
@@ -43,6 +45,7 @@ TEST(Environment, KnobsAndTheKillSwitchBecomeOptions) {
   EXPECT_EQ(options.codegen.forced_target, "compute_80");
   EXPECT_FALSE(options.view_replay);
   EXPECT_FALSE(options.fusion.concatenations);
+  EXPECT_FALSE(options.fusion.row_epilogues);
   EXPECT_TRUE(options.host_times);
 }
 

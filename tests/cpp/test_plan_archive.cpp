@@ -200,6 +200,7 @@ std::vector<NamedGraph> graphs() {
       {"softmax", [](GraphBuilder& b) { softmax(b, F32, -1, true); }},
       {"layer_norm", [](GraphBuilder& b) { layer_norm(b, BF16); }},
       {"rms_norm", [](GraphBuilder& b) { rms_norm_chain(b, BF16, true, true); }},
+      {"row_epilogue", [](GraphBuilder& b) { rms_norm_backward_rows(b, BF16); }},
       {"norm_prologue", [](GraphBuilder& b) { elementwise_then_layer_norm(b, BF16, true, true); }},
       {"norm_prologue_stored",
        [](GraphBuilder& b) { elementwise_then_layer_norm(b, BF16, true, false); }},

@@ -7,6 +7,7 @@
 
 #include "fusion/prologue.h"
 #include "fusion/reduction_planner.h"
+#include "fusion/row_epilogue.h"
 #include "reduction_graphs.h"
 
 namespace mybackend {
@@ -194,6 +195,95 @@ TEST(ReductionPlanner, OperandProducersAreFew) {
   EXPECT_EQ(groups[0]->nodes.size(), 3 + kMaxOperandProducers) << p.plan.to_string();
   EXPECT_EQ(groups[0]->nodes.back(), 8);  // the epilogue's mul
   EXPECT_EQ(groups[0]->nodes[2], 8 - static_cast<NodeId>(kMaxOperandProducers));
+}
+
+// Note [Row epilogues in the graph]: the RMS norm's input gradient reads
+// the row sum broadcast back over the rows; it joins the sum's kernel.
+TEST(ReductionPlanner, RowEpilogueTakesTheRowsBroadcastReaders) {
+  GraphBuilder b;
+  rms_norm_backward_rows(b, DType::BFloat16);
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const ReductionGroup& r = *groups[0]->get<ReductionGroup>();
+  // Everything but the upcast of dy, which the weight gradient reads too;
+  // five operand producers (through, direct, pow1, twice, gw) recomputed.
+  EXPECT_EQ(groups[0]->nodes.size(), 15u) << p.plan.to_string();
+  ASSERT_TRUE(r.spec.row_epilogue.has_value());
+  EXPECT_EQ(r.spec.axis, ReduceAxis::Inner);
+  EXPECT_TRUE(r.outputs.empty());  // the scaled sum only feeds the rows
+  EXPECT_EQ(r.spec.stored_outputs(), 0u);
+  // Row values: the scaled sum, and rstd (one value a row, read by
+  // g * w * rstd), which the epilogue loads once a row.
+  EXPECT_EQ(r.spec.unstored_outputs, 2);
+  EXPECT_EQ(r.spec.row_values, (std::vector<std::int32_t>{0, 1}));
+  const ValueId rstd = 2;
+  EXPECT_NE(std::find(r.epilogue_inputs.begin(), r.epilogue_inputs.end(), rstd),
+            r.epilogue_inputs.end());
+  EXPECT_EQ(std::find(r.row_inputs.begin(), r.row_inputs.end(), rstd), r.row_inputs.end());
+  ASSERT_EQ(r.row_outputs.size(), 2u);  // the fp32 gradient and its cast
+  EXPECT_EQ(p.graph.node(p.graph.value(r.row_outputs[1]).producer).name, "down");
+  EXPECT_EQ(r.row_inputs[0], -1);  // row values, in registers
+  EXPECT_EQ(r.row_inputs[1], -1);
+  EXPECT_EQ(r.spec.row_epilogue->outputs[0].tensor.mode, IndexMode::Aligned);
+  EXPECT_NE(groups[0]->why.find("row epilogue of"), std::string::npos) << groups[0]->why;
+  // gw = g * w is computed in both passes, never stored.
+  EXPECT_NE(r.spec.prologue->to_string().find("mul"), std::string::npos);
+  EXPECT_TRUE(p.groups(KernelKind::Pointwise).size() <= 1u) << p.plan.to_string();
+  EXPECT_NE(r.spec.to_string().find("row epilogue"), std::string::npos);
+}
+
+TEST(ReductionPlanner, RowEpiloguesSwitchOff) {
+  GraphBuilder b;
+  rms_norm_backward_rows(b, DType::BFloat16);
+  FusionOptions options = generated_options();
+  options.row_epilogues = false;  // MYBACKEND_ROW_EPILOGUES=0
+  Planned p = plan(b, options);
+  for (const KernelGroup* g : p.groups(KernelKind::Reduction))
+    EXPECT_FALSE(g->get<ReductionGroup>()->spec.row_epilogue.has_value()) << p.plan.to_string();
+  EXPECT_FALSE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+}
+
+TEST(ReductionPlanner, LongRowsKeepTheirBroadcastReadersApart) {
+  GraphBuilder b;
+  rms_norm_backward_rows(b, DType::Float32, kMaxRowEpilogueLength * 2);
+  Planned p = plan(b);
+  for (const KernelGroup* g : p.groups(KernelKind::Reduction))
+    EXPECT_FALSE(g->get<ReductionGroup>()->spec.row_epilogue.has_value()) << p.plan.to_string();
+  EXPECT_FALSE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
+}
+
+TEST(ReductionPlanner, ColumnReductionsTakeNoRowEpilogue) {
+  GraphBuilder b;
+  rms_norm_backward_rows(b, DType::Float32, 64, /*reduced_dim=*/1);
+  Planned p = plan(b);
+  for (const KernelGroup* g : p.groups(KernelKind::Reduction))
+    EXPECT_FALSE(g->get<ReductionGroup>()->spec.row_epilogue.has_value()) << p.plan.to_string();
+}
+
+TEST(ReductionPlanner, RowEpilogueKeepsAReadRowValueStored) {
+  // x / sum(x, -1, keepdim) with the sum returned too: stored, and read by
+  // the rows from registers.
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {8, 32});
+  const TensorType r = tensor(DType::Float32, {8, 1});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId e = node1(b, "aten::exp.default", {v(x)}, t, "exp");
+  ValueId s = node1(b, "aten::sum.dim_IntList",
+                    {v(e), ints({1}), Argument::of_bool(true), Argument::none()}, r, "sum");
+  ValueId q = node1(b, "aten::div.Tensor", {v(e), v(s)}, t, "div");
+  b.set_outputs({v(q), v(s)});
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const ReductionGroup& g = *groups[0]->get<ReductionGroup>();
+  EXPECT_EQ(groups[0]->nodes, (std::vector<NodeId>{0, 1, 2}));
+  ASSERT_TRUE(g.spec.row_epilogue.has_value());
+  EXPECT_EQ(g.outputs.size(), 1u);
+  EXPECT_EQ(g.spec.unstored_outputs, 0);
+  EXPECT_EQ(g.spec.strategy, ReduceStrategy::WarpPerRow);
+  // exp is recomputed by the rows: one input, x.
+  EXPECT_EQ(g.row_inputs, (std::vector<ValueId>{-1, x}));
 }
 
 TEST(ReductionPlanner, ClaimedGroupsAreOneUnitForThePointwisePlanner) {

@@ -63,19 +63,38 @@ def test_cpu_partitions_are_unchanged() -> None:
     assert kernels[0]["nodes"] == [0, 1, 2]
 
 
-def test_reduction_splits_elementwise_groups() -> None:
-    def softmax_like(x: torch.Tensor) -> torch.Tensor:
-        y = x * 3
-        z = (y - y.amax(-1, keepdim=True)).exp()
-        return z / z.sum(-1, keepdim=True)
+def _softmax_like(x: torch.Tensor) -> torch.Tensor:
+    y = x * 3
+    z = (y - y.amax(-1, keepdim=True)).exp()
+    return z / z.sum(-1, keepdim=True)
 
-    kernels = _kernels(softmax_like, ((4, 16), F32))
+
+def test_row_reductions_take_their_rows_readers() -> None:
+    """Note [Row epilogues in the graph]: the max's kernel computes y, the max
+    and z = exp(y - max) (y recomputed in both passes), the sum's kernel z's
+    sum and z / sum; nothing else runs."""
+    kernels = _kernels(_softmax_like, ((4, 16), F32))
+    assert [k["kind"] for k in kernels] == ["reduction", "reduction"], kernels
+    assert all("row epilogue" in k["spec"] for k in kernels), kernels
+    ops = _ops(_softmax_like, ((4, 16), F32))
+    taken = [[ops[n] for n in k["nodes"]] for k in kernels]
+    assert taken == [
+        ["aten::mul.Tensor", "aten::amax.default", "aten::sub.Tensor", "aten::exp.default"],
+        ["aten::sum.dim_IntList", "aten::div.Tensor"],
+    ], taken
+    covered = sorted(n for k in kernels for n in k["nodes"])
+    assert covered == list(range(len(ops)))
+
+
+def test_reduction_splits_elementwise_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYBACKEND_ROW_EPILOGUES", "0")
+    kernels = _kernels(_softmax_like, ((4, 16), F32))
     kinds = [k["kind"] for k in kernels]
     # y alone is one op (ATen's); sub+exp fuse; the sums are ATen calls; div
     # alone broadcasts the sum, so it is generated too (Note [Lone
     # broadcasting ops]).
     assert kinds.count("pointwise") == 2, kernels
-    ops = _ops(softmax_like, ((4, 16), F32))
+    ops = _ops(_softmax_like, ((4, 16), F32))
     fused = [[ops[n] for n in k["nodes"]] for k in kernels if k["kind"] == "pointwise"]
     assert fused == [["aten::sub.Tensor", "aten::exp.default"], ["aten::div.Tensor"]], fused
     covered = sorted(n for k in kernels for n in k["nodes"])

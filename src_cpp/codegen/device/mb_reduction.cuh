@@ -94,11 +94,12 @@ __device__ __forceinline__ void reduce_inner_totals(const Store& store, I rows, 
   }
 }
 
-// Inner reduction, one warp per row: for short rows, where a whole block
-// per row would leave most threads idle.
-template <class R, class I, class Load, class Store>
-__device__ __forceinline__ void reduce_inner_warp(const Load& load, const Store& store, I rows,
-                                                  I n) {
+// The rows of an Inner reduction, one warp per row: for short rows, where a
+// whole block per row would leave most threads idle. The xor shuffles leave
+// the row's accumulator in every lane; `done(row, acc, base, lane)` follows
+// each row.
+template <class R, class I, class Load, class Done>
+__device__ __forceinline__ void warp_rows(const Load& load, I rows, I n, const Done& done) {
   typedef typename R::AccT Acc;
   const I warps_per_block = blockDim.x / 32;
   const I lane = threadIdx.x % 32;
@@ -107,9 +108,61 @@ __device__ __forceinline__ void reduce_inner_warp(const Load& load, const Store&
     const I base = row * n;
     Acc acc = R::identity();
     for (I r = lane; r < n; r += 32) acc = R::combine(acc, R::make(load(base + r), r));
-    acc = warp_reduce<R>(acc);
-    if (lane == 0) store(row, acc, n);
+    done(row, warp_reduce<R>(acc), base, lane);
   }
+}
+
+template <class R, class I, class Load, class Store>
+__device__ __forceinline__ void reduce_inner_warp(const Load& load, const Store& store, I rows,
+                                                  I n) {
+  warp_rows<R>(load, rows, n, [&](I row, const typename R::AccT& acc, I, I lane) {
+    if (lane == 0) store(row, acc, n);
+  });
+}
+
+// Note [Row epilogues] (spec/kernel_spec.h): the row's elementwise work
+// after its reduction, shared by the `step` threads that reduced it (a
+// block or a warp; this one is `lane`), each holding the row's values.
+// ROW_VEC > 1 takes whole vectors when the row is whole vectors
+// (row_store.vec: every tensor dense or periodic).
+template <int ROW_VEC, class I, class RowStore, class Values>
+__device__ __forceinline__ void row_epilogue(const RowStore& row_store, const Values& values,
+                                             I base, I n, I lane, I step) {
+  if constexpr (ROW_VEC > 1) {
+    if (n % ROW_VEC == 0) {
+      for (I r = lane * ROW_VEC; r < n; r += step * ROW_VEC)
+        row_store.template vec<ROW_VEC>(base + r, values);
+      return;
+    }
+  }
+  for (I r = lane; r < n; r += step) row_store(base + r, values);
+}
+
+// Inner reduction with a row epilogue, one block per row: every thread
+// takes the reduced value (block_reduce returns it to all), runs the Store
+// (thread 0 stores), then its share of the row epilogue. The row was just
+// read, so the epilogue's loads of it mostly hit the caches.
+template <class R, class I, int VEC, int ROW_VEC, class Load, class Store, class RowStore>
+__device__ __forceinline__ void reduce_inner_block_rows(const Load& load, const Store& store,
+                                                        const RowStore& row_store, I rows, I n) {
+  for (I row = blockIdx.x; row < rows; row += gridDim.x) {
+    const typename R::AccT acc =
+        block_reduce<R>(inner_row_range<R, I, VEC>(load, row * n, n, I(0), n));
+    const auto values = store(row, acc, n, threadIdx.x == 0);
+    row_epilogue<ROW_VEC>(row_store, values, row * n, n, static_cast<I>(threadIdx.x),
+                          static_cast<I>(blockDim.x));
+  }
+}
+
+// The same with a warp per row (short rows).
+template <class R, class I, int VEC, int ROW_VEC, class Load, class Store, class RowStore>
+__device__ __forceinline__ void reduce_inner_warp_rows(const Load& load, const Store& store,
+                                                       const RowStore& row_store, I rows, I n) {
+  static_assert(VEC == 1, "a warp per row reads scalars");
+  warp_rows<R>(load, rows, n, [&](I row, const typename R::AccT& acc, I base, I lane) {
+    const auto values = store(row, acc, n, lane == 0);
+    row_epilogue<ROW_VEC>(row_store, values, base, n, lane, I(32));
+  });
 }
 
 // Note [Outer reduction tiles]

@@ -80,7 +80,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       Block,
       BlockDivisor
     };
-    enum class Side : std::int8_t { In, Ein, Out };
+    enum class Side : std::int8_t { In, Ein, Out, Rin, Rout };  // Rin/Rout: the row epilogue
     Kind kind = Kind::Rows;
     Side side = Side::In;
     std::size_t index = 0;
@@ -95,9 +95,11 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
         std::string side;
         role.kind = kind;
         role.index = parse(p.name, &side);
-        role.side = side == "in"    ? ParamRole::Side::In
-                    : side == "ein" ? ParamRole::Side::Ein
-                                    : ParamRole::Side::Out;
+        role.side = side == "in"     ? ParamRole::Side::In
+                    : side == "ein"  ? ParamRole::Side::Ein
+                    : side == "rin"  ? ParamRole::Side::Rin
+                    : side == "rout" ? ParamRole::Side::Rout
+                                     : ParamRole::Side::Out;
       };
       switch (p.kind) {
         case KernelParam::Kind::Pointer:
@@ -121,11 +123,12 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
             const bool divisor = p.name.find("div_") != std::string::npos;
             with_tensor(block ? (divisor ? Kind::BlockDivisor : Kind::Block)
                               : (divisor ? Kind::PeriodDivisor : Kind::Period));
-            MB_ASSERT(role.side != ParamRole::Side::Out, "unexpected kernel parameter ", p.name);
+            MB_ASSERT(role.side != ParamRole::Side::Out && role.side != ParamRole::Side::Rout,
+                      "unexpected kernel parameter ", p.name);
           }
           break;
         case KernelParam::Kind::Dims:
-          if (p.name == "in_shape") {
+          if (p.name == "in_shape" || p.name == "row_shape") {
             role.kind = Kind::InShape;
           } else if (p.name == "out_shape") {
             role.kind = Kind::OutShape;
@@ -148,9 +151,12 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     std::int64_t rows = 1, n = 1, inner = 1;  // rows is `outer` for Outer reductions
     std::vector<at::Tensor> inputs, epilogue_inputs, outputs;  // epilogue_inputs[0] unused
     std::vector<std::vector<std::int64_t>> in_strides, ein_strides, out_strides;
+    // Note [Row epilogues]: row_inputs below the row values' count unused.
+    std::vector<at::Tensor> row_inputs, row_outputs;
+    std::vector<std::vector<std::int64_t>> rin_strides, rout_strides;
     // Each periodic input's layout in the walk, set by fast_fits (Note
     // [Periodic operands in reductions]).
-    std::vector<PeriodicLayout> in_periodic, ein_periodic;
+    std::vector<PeriodicLayout> in_periodic, ein_periodic, rin_periodic;
   };
 
   static bool side_fits(const std::vector<at::Tensor>& tensors, std::size_t first,
@@ -180,14 +186,21 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
   bool fast_fits(Call& c) const {
     const ReductionSpec& s = group_->spec;
     std::vector<TensorArg> outs;
-    for (const auto& o : s.epilogue->outputs) outs.push_back(o.tensor);
+    for (std::size_t k = 0; k < s.stored_outputs(); ++k)
+      outs.push_back(s.epilogue->outputs[k].tensor);
     const std::int64_t in_numel = product(c.in_shape, 0, c.in_shape.size());
     const std::int64_t out_numel = product(c.out_shape, 0, c.out_shape.size());
-    return side_fits(c.inputs, 0, s.prologue->inputs, c.in_strides, c.in_shape, in_numel,
-                     &c.in_periodic) &&
-           side_fits(c.epilogue_inputs, 1, s.epilogue->inputs, c.ein_strides, c.out_shape,
-                     out_numel, &c.ein_periodic) &&
-           side_fits(c.outputs, 0, outs, c.out_strides, c.out_shape, out_numel, nullptr);
+    const bool fits = side_fits(c.inputs, 0, s.prologue->inputs, c.in_strides, c.in_shape, in_numel,
+                                &c.in_periodic) &&
+                      side_fits(c.epilogue_inputs, 1, s.epilogue->inputs, c.ein_strides,
+                                c.out_shape, out_numel, &c.ein_periodic) &&
+                      side_fits(c.outputs, 0, outs, c.out_strides, c.out_shape, out_numel, nullptr);
+    if (!fits || !s.row_epilogue) return fits;
+    std::vector<TensorArg> row_outs;
+    for (const auto& o : s.row_epilogue->outputs) row_outs.push_back(o.tensor);
+    return side_fits(c.row_inputs, s.row_values.size(), s.row_epilogue->inputs, c.rin_strides,
+                     c.in_shape, in_numel, &c.rin_periodic) &&
+           side_fits(c.row_outputs, 0, row_outs, c.rout_strides, c.in_shape, in_numel, nullptr);
   }
 
   bool launch(ValueSlots& slots, const SymbolBindings& bindings,
@@ -238,10 +251,27 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       if (!iteration_strides(*t, *out_shape, c.ein_strides.back()))
         return fail("epilogue input " + std::to_string(k) + " does not broadcast to the result");
     }
+    // Note [Row epilogues]: the row epilogue's tensors, over the input space.
+    if (s.row_epilogue) {
+      for (std::size_t k = 0; k < g.row_inputs.size(); ++k) {
+        c.row_inputs.emplace_back();
+        c.rin_strides.emplace_back();
+        if (k < s.row_values.size()) continue;  // a row value, in registers
+        auto t = cuda_tensor(slots[static_cast<std::size_t>(g.row_inputs[k])],
+                             s.row_epilogue->inputs[k].dtype, &why);
+        if (!t) return fail("row epilogue input " + std::to_string(k) + why);
+        c.row_inputs.back() = *t;
+        if (!iteration_strides(*t, *in_shape, c.rin_strides.back()))
+          return fail("row epilogue input " + std::to_string(k) +
+                      " does not broadcast to the reduced shape");
+      }
+    }
     if (c.inputs.empty()) return fail("the group reads no tensor");
     const c10::Device device = c.inputs[0].device();
-    for (const auto& t : c.epilogue_inputs) {
-      if (t.defined() && t.device() != device) return fail("inputs on different devices");
+    for (const auto* side : {&c.epilogue_inputs, &c.row_inputs}) {
+      for (const auto& t : *side) {
+        if (t.defined() && t.device() != device) return fail("inputs on different devices");
+      }
     }
     // Reductions into few results run split (Note [Split outer reductions],
     // Note [Split inner reductions]); a kernel without split entries (a
@@ -260,7 +290,18 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       c.out_strides.emplace_back();
       iteration_strides(c.outputs.back(), *out_shape, c.out_strides.back());
     }
+    for (std::size_t k = 0; k < g.row_outputs.size(); ++k) {
+      const auto strides = evaluate_dims(graph_.value(g.row_outputs[k]).tensor.strides, bindings);
+      if (!strides) return fail("a stride of an output depends on an unbound symbol");
+      const auto dtype = static_cast<c10::ScalarType>(s.row_epilogue->outputs[k].tensor.dtype);
+      c.row_outputs.push_back(planned.empty_strided(g.row_outputs[k], *in_shape, *strides,
+                                                    c.inputs[0].options().dtype(dtype)));
+      c.rout_strides.emplace_back();
+      iteration_strides(c.row_outputs.back(), *in_shape, c.rout_strides.back());
+    }
     for (auto& strides : c.in_strides) walk(g.in_order, strides);
+    for (auto& strides : c.rin_strides) walk(g.in_order, strides);
+    for (auto& strides : c.rout_strides) walk(g.in_order, strides);
     for (auto& strides : c.ein_strides) walk(g.out_order, strides);
     for (auto& strides : c.out_strides) walk(g.out_order, strides);
     if (results > 0) {
@@ -269,6 +310,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     }
     for (std::size_t k = 0; k < g.outputs.size(); ++k)
       slots[static_cast<std::size_t>(g.outputs[k])] = c.outputs[k];
+    for (std::size_t k = 0; k < g.row_outputs.size(); ++k)
+      slots[static_cast<std::size_t>(g.row_outputs[k])] = c.row_outputs[k];
     return true;
   }
 
@@ -349,7 +392,7 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
         break;
       }
     }
-    for (const char* prefix : {"ein", "out", "in"}) {
+    for (const char* prefix : {"ein", "rin", "rout", "out", "in"}) {
       const std::string p(prefix);
       if (base.rfind(p, 0) == 0) {
         *side = p;
@@ -369,21 +412,26 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
     KernelArgs args(entry);
     for (std::size_t i = 0; i < roles.size(); ++i) {
       const ParamRole& r = roles[i];
-      const std::vector<PeriodicLayout>& periodic =
-          r.side == Side::In ? c.in_periodic : c.ein_periodic;
+      const std::vector<PeriodicLayout>& periodic = r.side == Side::In    ? c.in_periodic
+                                                    : r.side == Side::Rin ? c.rin_periodic
+                                                                          : c.ein_periodic;
       switch (r.kind) {
         case Kind::Partials: args.set_pointer(i, partials->data_ptr()); break;
         case Kind::Tensor: {
-          const at::Tensor& t = r.side == Side::In    ? c.inputs[r.index]
-                                : r.side == Side::Ein ? c.epilogue_inputs[r.index]
-                                                      : c.outputs[r.index];
+          const at::Tensor& t = r.side == Side::In     ? c.inputs[r.index]
+                                : r.side == Side::Ein  ? c.epilogue_inputs[r.index]
+                                : r.side == Side::Rin  ? c.row_inputs[r.index]
+                                : r.side == Side::Rout ? c.row_outputs[r.index]
+                                                       : c.outputs[r.index];
           args.set_pointer(i, t.data_ptr());
           break;
         }
         case Kind::Strides:
-          args.set_dims(i, r.side == Side::In    ? c.in_strides[r.index]
-                           : r.side == Side::Ein ? c.ein_strides[r.index]
-                                                 : c.out_strides[r.index]);
+          args.set_dims(i, r.side == Side::In     ? c.in_strides[r.index]
+                           : r.side == Side::Ein  ? c.ein_strides[r.index]
+                           : r.side == Side::Rin  ? c.rin_strides[r.index]
+                           : r.side == Side::Rout ? c.rout_strides[r.index]
+                                                  : c.out_strides[r.index]);
           break;
         case Kind::Rows: args.set_int(i, c.rows); break;
         case Kind::N: args.set_int(i, c.n); break;
