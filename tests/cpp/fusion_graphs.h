@@ -67,6 +67,13 @@ FusionOptions generated_options() {
   return options;
 }
 
+// The pointwise planner's own grouping around reductions (MYBACKEND_ROW_EPILOGUES=0).
+[[maybe_unused]] FusionOptions without_row_epilogues() {
+  FusionOptions options = generated_options();
+  options.row_epilogues = false;
+  return options;
+}
+
 struct Planned {
   Graph graph;
   FusionPlan plan;
