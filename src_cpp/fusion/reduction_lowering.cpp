@@ -68,13 +68,15 @@ TensorArg arg_for(const TensorType& t, const std::string& space_key, int rank,
 
 // An input's argument: arg_for's, or Periodic (PeriodicRows) where a
 // Strided input repeats in the walk of `space` (Note [Periodic operands in
-// reductions]).
+// reductions]); a period of 1 with rows is one value a row of the walk (an
+// RMS norm's saved rstd beside its weight gradient's column sum, Note [One
+// value a row]).
 TensorArg input_arg_for(const TensorType& t, const TensorType& space, int rank,
                         const std::vector<int>& order) {
   TensorArg arg = arg_for(t, shape_key(space), rank, order);
   if (arg.mode != IndexMode::Strided) return arg;
   const PeriodicLayout periodic = static_periodic_layout(t, space, order);
-  if (periodic.period <= 1) return arg;
+  if (periodic.period < 1 || (periodic.period == 1 && periodic.block <= 1)) return arg;
   return TensorArg{t.dtype, periodic_mode(periodic, space), 0};
 }
 

@@ -103,6 +103,22 @@ void rms_norm_backward_rows(GraphBuilder& b, DType dtype, std::int64_t cols = 64
   b.set_outputs({v(back), v(sum), v(g)});
 }
 
+// An RMS norm's weight gradient, sum(g * (x * rstd), [0, 1]) over
+// [4, 6, cols] with rstd [4, 6, 1]: a column sum reading one value a row
+// (Note [One value a row]).
+void column_sum_of_scaled_rows(GraphBuilder& b, DType dtype, std::int64_t cols = 64) {
+  const TensorType t = tensor(dtype, {4, 6, cols});
+  ValueId g = b.add_input(out(t, "g"));
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId rstd = b.add_input(out(tensor(dtype, {4, 6, 1}), "rstd"));
+  ValueId xr = node1(b, "aten::mul.Tensor", {v(x), v(rstd)}, t, "xr");
+  ValueId gx = node1(b, "aten::mul.Tensor", {v(g), v(xr)}, t, "gx");
+  ValueId s = node1(b, "aten::sum.dim_IntList",
+                    {v(gx), ints({0, 1}), Argument::of_bool(true), Argument::none()},
+                    tensor(dtype, {1, 1, cols}), "sum");
+  b.set_outputs({v(s)});
+}
+
 // sum(x * 2, 1, keepdim) * f(rstd) over x [4, 8], f a chain of `chain`
 // elementwise ops over the reduced space [4, 1] (an RMS norm's backward:
 // pow(rstd, 3), then negations); with `read_elsewhere` f's last op is a

@@ -59,6 +59,7 @@ TEST(CodegenPlanned, PlannedGroupsCompileToPtx) {
     graphs.push_back([d](GraphBuilder& b) { masked_by_a_fill(b, d); });
     graphs.push_back([d](GraphBuilder& b) { rms_norm_backward_rows(b, d); });
     graphs.push_back([d](GraphBuilder& b) { rms_norm_backward_rows(b, d, 200); });
+    graphs.push_back([d](GraphBuilder& b) { column_sum_of_scaled_rows(b, d); });
   }
   std::vector<EmittedKernel> kernels;
   for (const auto& build : graphs) {

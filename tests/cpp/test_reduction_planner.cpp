@@ -236,9 +236,7 @@ TEST(ReductionPlanner, RowEpilogueTakesTheRowsBroadcastReaders) {
 TEST(ReductionPlanner, RowEpiloguesSwitchOff) {
   GraphBuilder b;
   rms_norm_backward_rows(b, DType::BFloat16);
-  FusionOptions options = generated_options();
-  options.row_epilogues = false;  // MYBACKEND_ROW_EPILOGUES=0
-  Planned p = plan(b, options);
+  Planned p = plan(b, without_row_epilogues());
   for (const KernelGroup* g : p.groups(KernelKind::Reduction))
     EXPECT_FALSE(g->get<ReductionGroup>()->spec.row_epilogue.has_value()) << p.plan.to_string();
   EXPECT_FALSE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
@@ -284,6 +282,24 @@ TEST(ReductionPlanner, RowEpilogueKeepsAReadRowValueStored) {
   EXPECT_EQ(g.spec.strategy, ReduceStrategy::WarpPerRow);
   // exp is recomputed by the rows: one input, x.
   EXPECT_EQ(g.row_inputs, (std::vector<ValueId>{-1, x}));
+}
+
+TEST(ReductionPlanner, OneValueARowIsReadAtItsRow) {
+  // Note [One value a row]: rstd [4, 6, 1] over the column sum's walk
+  // [4, 6, 64] is periodic with period 1 and rows, not strided.
+  GraphBuilder b;
+  column_sum_of_scaled_rows(b, DType::Float32);
+  Planned p = plan(b);
+  auto groups = p.groups(KernelKind::Reduction);
+  ASSERT_EQ(groups.size(), 1u) << p.plan.to_string();
+  const ReductionGroup& r = *groups[0]->get<ReductionGroup>();
+  EXPECT_EQ(r.spec.axis, ReduceAxis::Outer);
+  ASSERT_EQ(r.inputs.size(), 3u);
+  const auto rstd = std::find(r.inputs.begin(), r.inputs.end(), ValueId{2}) - r.inputs.begin();
+  ASSERT_LT(rstd, 3);
+  EXPECT_EQ(r.spec.prologue->inputs[static_cast<std::size_t>(rstd)].mode, IndexMode::PeriodicRows)
+      << r.spec.to_string();
+  EXPECT_EQ(r.general.prologue->inputs[static_cast<std::size_t>(rstd)].mode, IndexMode::Strided);
 }
 
 TEST(ReductionPlanner, ClaimedGroupsAreOneUnitForThePointwisePlanner) {

@@ -896,3 +896,25 @@ def test_epilogue_operands_repeating_in_the_result_are_read_periodic(
     (group,) = [k for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
     assert "periodic" in group["spec"].split("epilogue:")[1], group["spec"]
     assert "(general)" in group["kernel"], group["kernel"]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (4, 6, 64), (8, 512, 1024)])
+def test_one_value_a_row_beside_a_column_sum(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Note [One value a row]: an RMS norm's weight gradient reads its rstd
+    [B, S, 1] at the element's row (periodic with period 1), in the one-pass,
+    narrow and split forms; another layout at run time takes the general
+    variant with the same result."""
+
+    def weight_grad(g: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+        return (g * (x * rstd)).sum((0, 1))
+
+    g, x = _randn(*shape, dtype=dtype), _randn(*shape, dtype=dtype)
+    rstd = _randn(*shape[:-1], 1, dtype=dtype)
+    compiled = _check(weight_grad, g, x, rstd, kind="reduction", tol=TOL_SUM[dtype])
+    specs = [k["spec"] for k in compiled.report()["kernels"] if k["kind"] == "reduction"]
+    assert any("periodic_rows" in s for s in specs), specs
+    strided = _randn(*shape[:-1], 2, dtype=dtype)[..., :1]
+    _check(
+        weight_grad, g, x, strided, kind="reduction", tol=TOL_SUM[dtype], traced_with=(g, x, rstd)
+    )

@@ -231,10 +231,10 @@ bool aligned16(const at::Tensor& t) {
 }
 
 PeriodicLayout fitting_periodic_layout(IndexMode mode, const std::vector<std::int64_t>& shape,
-                                       const std::vector<std::int64_t>& strides,
-                                       std::int64_t numel) {
+                                       const std::vector<std::int64_t>& strides, std::int64_t numel,
+                                       bool unit_period) {
   const PeriodicLayout layout = periodic_layout(shape, strides);
-  if (layout.period <= 1) return {};
+  if (layout.period < (unit_period ? 1 : 2)) return {};
   if (mode == IndexMode::Periodic && layout.block != numel) return {};
   return layout;
 }

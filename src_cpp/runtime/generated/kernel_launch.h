@@ -203,11 +203,13 @@ std::optional<at::Tensor> cuda_tensor(const c10::IValue& slot, DType dtype, std:
 bool aligned16(const at::Tensor& t);
 // The layout of a tensor read in `mode` (Periodic or PeriodicRows) over a
 // walk of `shape` with `strides`, when this call's tensor has the form the
-// fast variant reads (a period > 1; without rows, one block spanning all
-// `numel` elements); else period 0 (Note [Periodic operands]).
+// fast variant reads (a period > 1, or >= 1 with `unit_period` where the
+// reader loads it element by element: Note [One value a row]; without
+// rows, one block spanning all `numel` elements); else period 0 (Note
+// [Periodic operands]).
 PeriodicLayout fitting_periodic_layout(IndexMode mode, const std::vector<std::int64_t>& shape,
-                                       const std::vector<std::int64_t>& strides,
-                                       std::int64_t numel);
+                                       const std::vector<std::int64_t>& strides, std::int64_t numel,
+                                       bool unit_period = false);
 
 // How each kind prepares its kernels: the variants to compile (fast first
 // when there are two) and how to build the runnable kernel once compiled.

@@ -172,7 +172,8 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
         continue;
       }
       if (is_periodic(args[k].mode)) {
-        (*periodic)[k] = fitting_periodic_layout(args[k].mode, shape, strides[k], numel);
+        (*periodic)[k] = fitting_periodic_layout(args[k].mode, shape, strides[k], numel,
+                                                 /*unit_period=*/true);  // Note [One value a row]
         if ((*periodic)[k].period == 0) return false;
         continue;
       }
