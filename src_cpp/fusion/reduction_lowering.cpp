@@ -166,9 +166,11 @@ std::string build_row_epilogue(const GraphIndex& index, const ReductionNode& red
   }
   std::vector<ValueId> stored;  // what leaves the row epilogue
   for (NodeId id : rows) {
-    if (!computed.count(id)) continue;
     const ValueId v = graph.node(id).outputs[0];
-    if (index.used_outside(v, members)) stored.push_back(v);
+    if (!index.used_outside(v, members)) continue;
+    // A view the kernel does not make: its readers outside would find nothing.
+    if (!computed.count(id)) return "the row view " + graph.node(id).name + " is read outside";
+    stored.push_back(v);
   }
   if (stored.empty()) return "the row epilogue stores nothing";
   const std::vector<NodeId> nodes = depended_on(index, stored, computed);

@@ -123,7 +123,8 @@ struct Claimer {
     if (lone && (!built || built->spec.axis != ReduceAxis::Outer)) {
       claimed.refuse(n,
                      "a lone reduction (no elementwise prologue or epilogue) gains nothing over "
-                     "ATen's kernel");
+                     "ATen's kernel" +
+                         (rows_why.empty() ? "" : " (row epilogue not taken: " + rows_why + ")"));
       return;
     }
     if (lone && reads_strided(built->spec)) {

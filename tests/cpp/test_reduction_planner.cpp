@@ -242,6 +242,26 @@ TEST(ReductionPlanner, RowEpiloguesSwitchOff) {
   EXPECT_FALSE(p.groups(KernelKind::Pointwise).empty()) << p.plan.to_string();
 }
 
+TEST(ReductionPlanner, ABroadcastReadOutsideKeepsTheRowsApart) {
+  // The expand of the row max is also returned: the kernel would not make
+  // it, so the max keeps its readers apart and says why.
+  GraphBuilder b;
+  const TensorType t = tensor(DType::Float32, {8, 32});
+  ValueId x = b.add_input(out(t, "x"));
+  ValueId m = node1(b, "aten::amax.default", {v(x), ints({1}), Argument::of_bool(true)},
+                    tensor(DType::Float32, {8, 1}), "max");
+  ValueId e =
+      node1(b, "aten::expand.default",
+            {v(m), Argument::of_list({Argument::of_int(8), Argument::of_int(32)})}, t, "expand");
+  ValueId d = node1(b, "aten::sub.Tensor", {v(x), v(e), Argument::of_int(1)}, t, "sub");
+  ValueId q = node1(b, "aten::exp.default", {v(d)}, t, "exp");
+  b.set_outputs({v(q), v(e)});
+  Planned p = plan(b);
+  for (const KernelGroup* g : p.groups(KernelKind::Reduction))
+    EXPECT_FALSE(g->get<ReductionGroup>()->spec.row_epilogue.has_value()) << p.plan.to_string();
+  EXPECT_NE(all_whys(p).find("is read outside"), std::string::npos) << all_whys(p);
+}
+
 TEST(ReductionPlanner, LongRowsKeepTheirBroadcastReadersApart) {
   GraphBuilder b;
   rms_norm_backward_rows(b, DType::Float32, kMaxRowEpilogueLength * 2);
