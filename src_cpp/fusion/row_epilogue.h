@@ -32,7 +32,8 @@
 //   group reads (Note [Epilogue operands recomputed]; at most
 //   kMaxRowOperandProducers).
 // What anyone outside the group reads is stored; row values only the row
-// epilogue reads stay in registers.
+// epilogue reads stay in registers. A row view or broadcast read outside
+// the group keeps the rows apart (the kernel makes no views).
 #pragma once
 
 #include <cstdint>
