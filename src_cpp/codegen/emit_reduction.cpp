@@ -9,7 +9,6 @@
 // (Note [Row epilogues] in spec/kernel_spec.h) is a third side over the
 // input space: a RowStore functor the loops call at each element of a row
 // after reducing it, given the row's values from the Store.
-#include <algorithm>
 #include <sstream>
 
 #include "codegen/emit.h"
@@ -148,11 +147,6 @@ void vector_loads(const Side& side, std::ostringstream& src) {
   }
 }
 
-bool any_periodic(const PointwiseSpec& spec) {
-  return std::any_of(spec.inputs.begin(), spec.inputs.end(),
-                     [](const TensorArg& t) { return is_periodic(t.mode); });
-}
-
 void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
   const PointwiseSpec& spec = side.spec;
   const std::string value(compute_type(spec.outputs[0].tensor.dtype));
@@ -166,9 +160,7 @@ void emit_load_struct(const Side& side, int vec, std::ostringstream& src) {
       << "    return y0;\n  }\n";
   // Only emitted when every input is Aligned or periodic (see
   // reduce_inner_block).
-  if (vec > 1 && !any_periodic(spec)) {
-    src << emit::dense_vec_member(spec, side.ptr_prefix, "mb_prologue");
-  } else if (vec > 1) {
+  if (vec > 1) {
     src << "  template <int N>\n  __device__ __forceinline__ void vec(const I i, Value (&y0)[N]) "
            "const {\n";
     vector_loads(side, src);
@@ -215,10 +207,12 @@ void store_outputs(const Side& side, const std::string& linear, const std::strin
   }
 }
 
-void declare_outputs(const PointwiseSpec& spec, std::ostringstream& src) {
+// Declares y<k><suffix> for every output ("[N]": one per vector element).
+void declare_outputs(const PointwiseSpec& spec, std::ostringstream& src,
+                     const std::string& suffix = "") {
   for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
     src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
-        << ";\n";
+        << suffix << ";\n";
   }
 }
 
@@ -294,10 +288,7 @@ void emit_row_store_struct(const Side& side, int vec, std::ostringstream& src) {
           << std::to_string(k) << ";\n";
     }
     vector_loads(side, src);
-    for (std::size_t k = 0; k < spec.outputs.size(); ++k) {
-      src << "    " << compute_type(spec.outputs[k].tensor.dtype) << " y" << std::to_string(k)
-          << "[N];\n";
-    }
+    declare_outputs(spec, src, "[N]");
     src << "#pragma unroll\n    for (int k = 0; k < N; ++k) mb_row("
         << emit::body_call_args(spec, "x", "[k]", "s", "y", "[k]") << ");\n";
     for (std::size_t k = 0; k < side.stored; ++k) {
@@ -342,41 +333,21 @@ struct Params {
   }
 };
 
-void add_pointer_params(const Side& in, const Side& out, Params& p) {
-  for (std::size_t k = 0; k < in.spec.inputs.size(); ++k) {
-    const std::string n = "in" + std::to_string(k);
-    p.add("const " + std::string(storage_type(in.spec.inputs[k].dtype)) + "* __restrict__ " + n,
+// A side's tensor parameters, into `init` (the functor's members, same
+// order): "<ptr_prefix><k>" for inputs from side.first_input on, then
+// "<out_prefix><k>" for its stored outputs.
+void add_pointer_params(const Side& side, std::vector<std::string>& init, Params& p) {
+  for (std::size_t k = side.first_input; k < side.spec.inputs.size(); ++k) {
+    const std::string n = side.ptr_prefix + std::to_string(k);
+    p.add("const " + std::string(storage_type(side.spec.inputs[k].dtype)) + "* __restrict__ " + n,
           {KernelParam::Kind::Pointer, n});
-    p.load_init.push_back(n);
+    init.push_back(n);
   }
-  for (std::size_t k = 1; k < out.spec.inputs.size(); ++k) {
-    const std::string n = "ein" + std::to_string(k);
-    p.add("const " + std::string(storage_type(out.spec.inputs[k].dtype)) + "* __restrict__ " + n,
+  for (std::size_t k = 0; k < side.stored; ++k) {
+    const std::string n = side.out_prefix + std::to_string(k);
+    p.add(std::string(storage_type(side.spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
           {KernelParam::Kind::Pointer, n});
-    p.store_init.push_back(n);
-  }
-  for (std::size_t k = 0; k < out.stored; ++k) {
-    const std::string n = "out" + std::to_string(k);
-    p.add(std::string(storage_type(out.spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
-          {KernelParam::Kind::Pointer, n});
-    p.store_init.push_back(n);
-  }
-}
-
-// The row epilogue's tensors (Note [Row epilogues]): "rin<k>" for inputs
-// from side.first_input on, "rout<k>" for its outputs.
-void add_row_pointer_params(const Side& row, Params& p) {
-  for (std::size_t k = row.first_input; k < row.spec.inputs.size(); ++k) {
-    const std::string n = "rin" + std::to_string(k);
-    p.add("const " + std::string(storage_type(row.spec.inputs[k].dtype)) + "* __restrict__ " + n,
-          {KernelParam::Kind::Pointer, n});
-    p.row_init.push_back(n);
-  }
-  for (std::size_t k = 0; k < row.stored; ++k) {
-    const std::string n = "rout" + std::to_string(k);
-    p.add(std::string(storage_type(row.spec.outputs[k].tensor.dtype)) + "* __restrict__ " + n,
-          {KernelParam::Kind::Pointer, n});
-    p.row_init.push_back(n);
+    init.push_back(n);
   }
 }
 
@@ -480,8 +451,9 @@ EmittedKernel emit_reduction(const ReductionSpec& spec) {
 
   Params p;
   p.entry = &entry;
-  add_pointer_params(in, out, p);
-  if (spec.row_epilogue) add_row_pointer_params(row, p);
+  add_pointer_params(in, p.load_init, p);
+  add_pointer_params(out, p.store_init, p);
+  if (spec.row_epilogue) add_pointer_params(row, p.row_init, p);
   add_scalar_params(in, p.load_init, p);
   add_scalar_params(out, p.store_init, p);
   const std::string rows = spec.axis == ReduceAxis::Outer ? "outer" : "rows";

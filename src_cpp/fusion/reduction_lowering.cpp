@@ -179,21 +179,16 @@ std::string build_row_epilogue(const GraphIndex& index, const ReductionNode& red
   // space, where it is dense, instead of each element finding it through
   // strides. Only where the result keeps the reduced dims (one layout).
   const bool keepdim = keeps_rows(graph.value(reduction.output).tensor, in_type, reduction.dims);
-  for (NodeId id : nodes) {
-    for (const Argument& a : graph.node(id).args) {
-      if (a.kind != Argument::Kind::Value || !keepdim) continue;
-      const Value& value = graph.value(a.value);
-      if (value.kind == ValueKind::Tensor && !members.count(value.producer) &&
-          keeps_rows(value.tensor, in_type, reduction.dims))
-        shows[a.value] = a.value;
-    }
-  }
   // Row values first: inputs [0, R) of the SSA.
   PointwiseSsa ssa(graph);
   std::vector<ValueId> row_values;
   for (NodeId id : nodes) {
     for (const Argument& a : graph.node(id).args) {
       if (a.kind != Argument::Kind::Value) continue;
+      const Value& value = graph.value(a.value);
+      if (keepdim && value.kind == ValueKind::Tensor && !members.count(value.producer) &&
+          keeps_rows(value.tensor, in_type, reduction.dims))
+        shows[a.value] = a.value;
       const auto shown = shows.find(a.value);
       if (shown == shows.end() && computed.count(graph.value(a.value).producer) == 0 &&
           members.count(graph.value(a.value).producer) > 0)
@@ -248,6 +243,17 @@ std::string build_row_epilogue(const GraphIndex& index, const ReductionNode& red
 }
 
 }  // namespace
+
+std::optional<std::int64_t> static_row_length(const Graph& graph, const ReductionNode& r) {
+  const TensorType& in = graph.value(r.input).tensor;
+  std::int64_t length = 1;
+  for (int d : r.dims) {
+    const Dim& size = in.sizes[static_cast<std::size_t>(d)];
+    if (!size.is_static()) return std::nullopt;
+    length *= size.static_value();
+  }
+  return length;
+}
 
 bool dims_argument(const Argument& arg, std::int64_t rank, std::vector<int>* dims) {
   dims->clear();
@@ -420,14 +426,8 @@ std::shared_ptr<const ReductionGroup> build_reduction_group(
   spec.op = reduction.op;
   spec.axis = group->reduce_end == in_rank ? ReduceAxis::Inner : ReduceAxis::Outer;
   // Short rows of a known length: a warp per row keeps the block busy.
-  std::int64_t row_length = 1;
-  bool static_row = true;
-  for (int d : reduction.dims) {
-    const Dim& size = in_type.sizes[static_cast<std::size_t>(d)];
-    static_row = static_row && size.is_static();
-    if (size.is_static()) row_length *= size.static_value();
-  }
-  spec.strategy = spec.axis == ReduceAxis::Inner && static_row && row_length <= 256
+  const std::optional<std::int64_t> row_length = static_row_length(graph, reduction);
+  spec.strategy = spec.axis == ReduceAxis::Inner && row_length && *row_length <= 256
                       ? ReduceStrategy::WarpPerRow
                       : ReduceStrategy::BlockPerRow;
   spec.input_rank = in_rank;

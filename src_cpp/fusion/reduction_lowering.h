@@ -4,6 +4,7 @@
 // epilogue nodes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct ReductionNode {
   DType value_dtype = DType::Float32;  // what is reduced (sum's dtype= argument converts first)
   double correction = 1.0;             // var/std
 };
+
+// The number of elements `r` reduces into each result, when every reduced
+// size is static.
+std::optional<std::int64_t> static_row_length(const Graph& graph, const ReductionNode& r);
 
 // Why `node` is no reduction the planner handles (empty when it is; then
 // *out is filled). Reduced dims must form one contiguous range: the

@@ -25,14 +25,8 @@ std::string kind_text(NormKind kind) { return std::string(norm_kind_name(kind));
 // Note [Row epilogues in the graph]: rows of a static length short enough
 // for one block.
 bool rows_fit_one_block(const Graph& graph, const ReductionNode& r) {
-  const TensorType& in = graph.value(r.input).tensor;
-  std::int64_t length = 1;
-  for (int d : r.dims) {
-    const Dim& size = in.sizes[static_cast<std::size_t>(d)];
-    if (!size.is_static()) return false;
-    length *= size.static_value();
-  }
-  return length <= kMaxRowEpilogueLength;
+  const std::optional<std::int64_t> length = static_row_length(graph, r);
+  return length && *length <= kMaxRowEpilogueLength;
 }
 
 struct Claimer {

@@ -59,6 +59,7 @@ std::vector<NodeId> take_row_epilogue(const GraphIndex& index, ValueId input,
     return broadcasts.count(v) > 0 || space_key(graph.value(v).tensor) == key;
   };
   std::vector<NodeId> taken;
+  bool any_elementwise = false;
   auto take = [&](NodeId u) {
     std::set<NodeId> trial = members;
     trial.insert(u);
@@ -86,13 +87,10 @@ std::vector<NodeId> take_row_epilogue(const GraphIndex& index, ValueId input,
         ok = ok && readable(a.value);
     }
     if (!ok || !take(u)) continue;
+    any_elementwise = true;
     for (NodeId next : index.users[static_cast<std::size_t>(u)]) pending.push(next);
   }
-  // Only views taken: nothing reads the rows.
-  const bool any_elementwise = std::any_of(taken.begin(), taken.end(), [&](NodeId n) {
-    return !is_row_view(graph, graph.node(n), in, reduced, row_values);
-  });
-  if (!any_elementwise) {
+  if (!any_elementwise) {  // only views taken: nothing reads the rows
     for (NodeId n : taken) members.erase(n);
     return {};
   }

@@ -204,12 +204,58 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
            side_fits(c.row_outputs, 0, row_outs, c.rout_strides, c.in_shape, in_numel, nullptr);
   }
 
+  // One side's input tensors: the group's values and the spec's arguments
+  // (entries below `first` are values, not tensors), named in errors.
+  struct InputSide {
+    const std::vector<ValueId>& values;
+    const std::vector<TensorArg>& args;
+    std::size_t first;
+    const char* what;          // "input ", "epilogue input ", ...
+    const char* broadcast_to;  // the space they are read in
+  };
+
+  // This call's tensors of `side` and their iteration strides over `shape`
+  // (empty entries below side.first); empty or why they do not fit.
+  static std::string bind(const ValueSlots& slots, const InputSide& side,
+                          const std::vector<std::int64_t>& shape, std::vector<at::Tensor>& tensors,
+                          std::vector<std::vector<std::int64_t>>& strides) {
+    std::string why;
+    tensors.resize(side.values.size());
+    strides.resize(side.values.size());
+    for (std::size_t k = side.first; k < side.values.size(); ++k) {
+      auto t =
+          cuda_tensor(slots[static_cast<std::size_t>(side.values[k])], side.args[k].dtype, &why);
+      if (!t) return side.what + std::to_string(k) + why;
+      tensors[k] = *t;
+      if (!iteration_strides(*t, shape, strides[k]))
+        return side.what + std::to_string(k) + " does not broadcast to " + side.broadcast_to;
+    }
+    return {};
+  }
+
+  // Allocates `values` (outputs `outs` of a spec) over `shape` with their IR
+  // strides; false when a stride depends on an unbound symbol.
+  bool allocate(const std::vector<ValueId>& values, const std::vector<PwOutput>& outs,
+                const std::vector<std::int64_t>& shape, const SymbolBindings& bindings,
+                const at::TensorOptions& options, PlannedOutputs& planned,
+                std::vector<at::Tensor>& tensors,
+                std::vector<std::vector<std::int64_t>>& strides) const {
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      const auto ir_strides = evaluate_dims(graph_.value(values[k]).tensor.strides, bindings);
+      if (!ir_strides) return false;
+      const auto dtype = static_cast<c10::ScalarType>(outs[k].tensor.dtype);
+      tensors.push_back(planned.empty_strided(values[k], shape, *ir_strides, options.dtype(dtype)));
+      strides.emplace_back();
+      iteration_strides(tensors.back(), shape, strides.back());
+    }
+    return true;
+  }
+
   bool launch(ValueSlots& slots, const SymbolBindings& bindings,
               PlannedOutputs& planned) const override {
     const ReductionGroup& g = *group_;
     const ReductionSpec& s = g.spec;
     Call c;
-    std::string why;
     const auto in_shape = evaluate_dims(graph_.value(g.reduced).tensor.sizes, bindings);
     const auto out_shape = evaluate_dims(graph_.value(g.result).tensor.sizes, bindings);
     if (!in_shape || !out_shape) return fail("a size depends on an unbound symbol");
@@ -232,40 +278,21 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
                           s.op == ReduceOp::Argmax || s.op == ReduceOp::Argmin;
     if (extremum && c.n == 0 && results > 0)
       return fail("reducing zero elements: ATen raises eager's error");
-    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
-      auto t = cuda_tensor(slots[static_cast<std::size_t>(g.inputs[k])],
-                           s.prologue->inputs[k].dtype, &why);
-      if (!t) return fail("input " + std::to_string(k) + why);
-      c.inputs.push_back(*t);
-      c.in_strides.emplace_back();
-      if (!iteration_strides(*t, *in_shape, c.in_strides.back()))
-        return fail("input " + std::to_string(k) + " does not broadcast to the reduced shape");
-    }
-    c.epilogue_inputs.emplace_back();
-    c.ein_strides.emplace_back();
-    for (std::size_t k = 1; k < g.epilogue_inputs.size(); ++k) {
-      auto t = cuda_tensor(slots[static_cast<std::size_t>(g.epilogue_inputs[k])],
-                           s.epilogue->inputs[k].dtype, &why);
-      if (!t) return fail("epilogue input " + std::to_string(k) + why);
-      c.epilogue_inputs.push_back(*t);
-      c.ein_strides.emplace_back();
-      if (!iteration_strides(*t, *out_shape, c.ein_strides.back()))
-        return fail("epilogue input " + std::to_string(k) + " does not broadcast to the result");
-    }
-    // Note [Row epilogues]: the row epilogue's tensors, over the input space.
+    const InputSide prologue_side{g.inputs, s.prologue->inputs, 0, "input ", "the reduced shape"};
+    const InputSide epilogue_side{g.epilogue_inputs, s.epilogue->inputs, 1, "epilogue input ",
+                                  "the result"};
+    if (std::string p = bind(slots, prologue_side, *in_shape, c.inputs, c.in_strides); !p.empty())
+      return fail(p);
+    if (std::string p = bind(slots, epilogue_side, *out_shape, c.epilogue_inputs, c.ein_strides);
+        !p.empty())
+      return fail(p);
+    // Note [Row epilogues]: the row epilogue's tensors, over the input space;
+    // the row values (registers) take no tensor.
     if (s.row_epilogue) {
-      for (std::size_t k = 0; k < g.row_inputs.size(); ++k) {
-        c.row_inputs.emplace_back();
-        c.rin_strides.emplace_back();
-        if (k < s.row_values.size()) continue;  // a row value, in registers
-        auto t = cuda_tensor(slots[static_cast<std::size_t>(g.row_inputs[k])],
-                             s.row_epilogue->inputs[k].dtype, &why);
-        if (!t) return fail("row epilogue input " + std::to_string(k) + why);
-        c.row_inputs.back() = *t;
-        if (!iteration_strides(*t, *in_shape, c.rin_strides.back()))
-          return fail("row epilogue input " + std::to_string(k) +
-                      " does not broadcast to the reduced shape");
-      }
+      const InputSide row_side{g.row_inputs, s.row_epilogue->inputs, s.row_values.size(),
+                               "row epilogue input ", "the reduced shape"};
+      if (std::string p = bind(slots, row_side, *in_shape, c.row_inputs, c.rin_strides); !p.empty())
+        return fail(p);
     }
     if (c.inputs.empty()) return fail("the group reads no tensor");
     const c10::Device device = c.inputs[0].device();
@@ -282,24 +309,12 @@ class ReductionKernel final : public GroupKernel<ReductionGroup> {
       return fail("only " + std::to_string(results) + " results of " + std::to_string(c.n) +
                   " elements each: ATen's split reduction is faster (ran ATen for this call)");
     c10::cuda::CUDAGuard guard(device);
-    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
-      const auto strides = evaluate_dims(graph_.value(g.outputs[k]).tensor.strides, bindings);
-      if (!strides) return fail("a stride of an output depends on an unbound symbol");
-      const auto dtype = static_cast<c10::ScalarType>(s.epilogue->outputs[k].tensor.dtype);
-      c.outputs.push_back(planned.empty_strided(g.outputs[k], *out_shape, *strides,
-                                                c.inputs[0].options().dtype(dtype)));
-      c.out_strides.emplace_back();
-      iteration_strides(c.outputs.back(), *out_shape, c.out_strides.back());
-    }
-    for (std::size_t k = 0; k < g.row_outputs.size(); ++k) {
-      const auto strides = evaluate_dims(graph_.value(g.row_outputs[k]).tensor.strides, bindings);
-      if (!strides) return fail("a stride of an output depends on an unbound symbol");
-      const auto dtype = static_cast<c10::ScalarType>(s.row_epilogue->outputs[k].tensor.dtype);
-      c.row_outputs.push_back(planned.empty_strided(g.row_outputs[k], *in_shape, *strides,
-                                                    c.inputs[0].options().dtype(dtype)));
-      c.rout_strides.emplace_back();
-      iteration_strides(c.row_outputs.back(), *in_shape, c.rout_strides.back());
-    }
+    const at::TensorOptions options = c.inputs[0].options();
+    if (!allocate(g.outputs, s.epilogue->outputs, *out_shape, bindings, options, planned, c.outputs,
+                  c.out_strides) ||
+        (s.row_epilogue && !allocate(g.row_outputs, s.row_epilogue->outputs, *in_shape, bindings,
+                                     options, planned, c.row_outputs, c.rout_strides)))
+      return fail("a stride of an output depends on an unbound symbol");
     for (auto& strides : c.in_strides) walk(g.in_order, strides);
     for (auto& strides : c.rin_strides) walk(g.in_order, strides);
     for (auto& strides : c.rout_strides) walk(g.in_order, strides);
