@@ -20,6 +20,7 @@ from torch._decomp import core_aten_decompositions
 
 from mybackend.ops.batch_norm import batch_norm_backward, batch_norm_training
 from mybackend.ops.group_norm import group_norm
+from mybackend.ops.roll import roll_as_concatenation
 
 aten = torch.ops.aten
 
@@ -46,12 +47,6 @@ KEPT_WHOLE: tuple[str, ...] = (
     # an H100. ATen's embedding backward splits duplicates into parallel
     # segments.
     "aten.embedding_dense_backward.default",
-    # Note [Rolls stay whole]: the decomposition is an index_select over an
-    # index computed per rolled dim; ATen's roll computes each element's
-    # source in one elementwise pass. Swin's shifted windows at batch 1 ran
-    # twelve such index_selects a step at 7.7 us each (indexSelectSmallIndex,
-    # [1, 56, 56, 96] bf16, H200), a seventh of the step's GPU time.
-    "aten.roll.default",
 )
 
 
@@ -102,7 +97,7 @@ def batch_norm_inference(
     return out.to(x.dtype), empty, empty.clone()
 
 
-# The training batch-norm ones and group norm return NotImplemented where
+# The training batch-norm ones, group norm and roll return NotImplemented where
 # they do not apply (Note [Training batch norm] in batch_norm.py, Note
 # [Group-norm statistics] in group_norm.py): aot_autograd then keeps the op
 # whole.
@@ -111,6 +106,9 @@ ADDED: dict[Any, Callable[..., Any]] = {
     aten._native_batch_norm_legit_functional.default: batch_norm_training,
     aten.native_batch_norm_backward.default: batch_norm_backward,
     aten.native_group_norm.default: group_norm,
+    # Note [Rolls as concatenations] in mybackend/ops/roll.py (declines for
+    # symbolic sizes: the op then stays whole).
+    aten.roll.default: roll_as_concatenation,
 }
 
 

@@ -47,8 +47,8 @@ step, and the backward graph needs the forward's own values.
 
 Note [Constants are always hoisted]
 Some nodes read no input at all: index tensors made from aranges (those
-of a decomposed ``roll`` were Swin's, before Note [Rolls stay whole] in
-mybackend/decompositions.py), position ids, causal masks, relative-position
+of core ATen's decomposed ``roll`` were Swin's, before Note [Rolls as
+concatenations] in mybackend/ops/roll.py), position ids, causal masks, relative-position
 buckets. Eager launches their kernels on
 every call and so did a compiled graph, captured or not: Swin-T ran about
 40 such kernels per step, which at batch 1 under CUDA graphs is a tenth of

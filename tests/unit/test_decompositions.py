@@ -164,22 +164,3 @@ def test_compiled_cuda_training_graphs_decompose_as_before() -> None:
     _, backward = compiled_records(lambda: out.sum().backward())
     ops = _ops(backward[0].ir_text)
     assert not {"aten::gelu_backward.default", "aten::silu_backward.default"} & ops, ops
-
-
-def test_a_roll_stays_one_op_in_cuda_graphs() -> None:
-    """Note [Rolls stay whole]: a shifted window's two-dim roll, traced with
-    the CUDA table, is one aten.roll (core's table makes an index_select per
-    dim over a computed index); its values are eager's."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    def shifted(x: torch.Tensor) -> torch.Tensor:
-        return torch.roll(x, shifts=(-3, -3), dims=(1, 2)) * 2.0
-
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        x = torch.empty(2, 8, 8, 4, device="cuda")
-        gm = make_fx(shifted, decomposition_table=decomposition_table(), tracing_mode="fake")(x)
-    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-    assert targets.count(aten.roll.default) == 1, targets
-    assert aten.index_select.default not in targets, targets
-    real = torch.randn(2, 8, 8, 4)
-    torch.testing.assert_close(gm(real), shifted(real))

@@ -253,7 +253,7 @@ def test_no_hoisting_while_fsdp2_shards_modules(
 class RolledWindows(torch.nn.Module):
     """A roll written as a gather over index tensors made from aranges that
     read no input (core ATen's decomposition of torch.roll, which mybackend
-    keeps whole: Note [Rolls stay whole])."""
+    replaces: Note [Rolls as concatenations])."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = torch.fmod(torch.arange(5, device=x.device) + 4, 5)
