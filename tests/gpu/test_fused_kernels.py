@@ -20,6 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mybackend import _C
 from mybackend.lowering import lower
 from tests.testing import compiled_records
+from tests.unit.test_ops_roll import CASES as ROLL_CASES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -397,3 +398,20 @@ def test_shifted_window_rolls_run_as_generated_concatenations(dtype: torch.dtype
         scale = eager_grad.float().abs().max().item()
         error = (got_grad.float() - eager_grad.float()).abs().max().item()
         assert error <= (1e-4 if dtype == torch.float32 else 2e-2) * scale, (error, scale)
+
+
+@pytest.mark.parametrize("shape,shifts,dims", ROLL_CASES, ids=str)
+def test_rolls_through_compile_are_exact(
+    shape: tuple[int, ...], shifts: tuple[int, ...], dims: tuple[int, ...]
+) -> None:
+    """Note [Rolls as concatenations]: every case of the decomposition's unit
+    test, compiled, read by an add (the roll joins its kernel) and alone."""
+    x = torch.randn(shape, device="cuda")
+    for fn in (lambda t: torch.roll(t, shifts, dims), lambda t: torch.roll(t, shifts, dims) + t):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="mybackend", options={"strict": True})
+        with torch.no_grad():
+            got, records = compiled_records(lambda fn=compiled: fn(x))
+        torch.testing.assert_close(got, fn(x), rtol=0, atol=0)
+        ops = [n["op"] for r in records for n in r.core_report["nodes"]]
+        assert "aten::roll.default" not in ops, ops
