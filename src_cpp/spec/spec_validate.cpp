@@ -345,10 +345,15 @@ std::string validate(const NormSpec& spec) {
       return "group norm saves its statistics in x's dtype";
     return spec.prologue ? check_norm_prologue(spec) : std::string();
   }
-  // Note [Norm outputs in 16 bits]: a layer norm forward may write y in
-  // another floating dtype.
-  if (!softmax_forward && spec.kind != NormKind::LayerNormForward && spec.out_dtype != spec.dtype)
-    return "only softmax and layer norm forward may change the dtype";
+  // Note [Norm outputs in 16 bits]: a layer or RMS norm forward may write y
+  // in another floating dtype (an RMS norm only when it rounds nothing
+  // before its weight multiply: that rounding is to out_dtype).
+  const bool norm_forward =
+      spec.kind == NormKind::LayerNormForward || spec.kind == NormKind::RmsNormForward;
+  if (!softmax_forward && !norm_forward && spec.out_dtype != spec.dtype)
+    return "only softmax and layer or RMS norm forward may change the dtype";
+  if (spec.round_before_weight && spec.out_dtype != spec.dtype)
+    return "an RMS norm rounding before its weight multiply keeps its dtype";
   if (softmax && (spec.has_weight || spec.has_bias)) return "softmax has no weight or bias";
   if (spec.has_bias && !layer_norm) return "only layer norm has a bias";
   if (spec.prologue) {

@@ -402,7 +402,8 @@ TEST(CodegenNorm, EveryKindAndDtypeCompiles) {
         spec.save_stats = n % 4 != 1;
         if (dtype != DType::Float64 && n % 2 == 1)
           spec.weight_dtype = DType::Float32;  // mixed precision
-        if (kind == NormKind::LayerNormForward && dtype == DType::Float32)
+        if ((kind == NormKind::LayerNormForward || kind == NormKind::RmsNormForward) &&
+            dtype == DType::Float32)
           spec.out_dtype = DType::BFloat16;  // Note [Norm outputs in 16 bits]
       } else if (kind == NormKind::SoftmaxForward && dtype == DType::Float16) {
         spec.out_dtype = DType::Float32;  // softmax(x, dtype=float32)
@@ -695,11 +696,20 @@ TEST(CodegenNorm, ValidateExplainsRejections) {
   s = NormSpec{};
   s.dtype = s.out_dtype = DType::Int32;
   EXPECT_NE(validate(s).find("floating"), std::string::npos) << validate(s);
+  // Note [Norm outputs in 16 bits]: forward layer and RMS norms may store
+  // another dtype; an RMS norm rounding before its weight, or a backward, not.
   s = NormSpec{};
   s.kind = NormKind::RmsNormForward;
   s.out_dtype = DType::Float16;
-  EXPECT_FALSE(validate(s).empty());
+  EXPECT_EQ(validate(s), "");
+  s.dtype = DType::BFloat16;
+  s.has_weight = s.round_before_weight = true;
+  EXPECT_NE(validate(s).find("keeps its dtype"), std::string::npos) << validate(s);
   EXPECT_THROW(emit_norm(s), InternalError);
+  s = NormSpec{};
+  s.kind = NormKind::LayerNormBackward;
+  s.out_dtype = DType::Float16;
+  EXPECT_NE(validate(s).find("may change the dtype"), std::string::npos) << validate(s);
 }
 
 // Every case compiles to PTX with no local memory; aligned ones

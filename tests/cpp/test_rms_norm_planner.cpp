@@ -138,7 +138,8 @@ TEST(RmsNormPlanner, ABroadcastWeightIsNoWeight) {
 
 // The square's cast of x returned too and shared with the mul: the norm
 // reads x and computes the cast as its prologue, storing the f32 upcast for
-// its other reader (Note [A norm prologue read elsewhere]).
+// its other reader (Note [A norm prologue read elsewhere]); the f32 chain's
+// cast back to bf16 is stored by the norm (Note [Norm outputs in 16 bits]).
 TEST(RmsNormPlanner, AnUpcastReadElsewhereIsComputedAndStoredByTheNorm) {
   RmsChain c;
   c.order = RmsOrder::Torch;
@@ -148,7 +149,8 @@ TEST(RmsNormPlanner, AnUpcastReadElsewhereIsComputedAndStoredByTheNorm) {
   const NormGroup* g = only_norm(p);
   ASSERT_NE(g, nullptr) << p.plan.to_string();
   EXPECT_EQ(g->spec.dtype, DType::Float32);
-  EXPECT_EQ(g->spec.out_dtype, DType::Float32);
+  EXPECT_EQ(g->spec.out_dtype, DType::BFloat16);
+  EXPECT_FALSE(g->spec.round_before_weight);
   EXPECT_TRUE(g->spec.has_weight);
   const ValueId upcast = p.graph.node(0).outputs[0];
   EXPECT_TRUE(g->spec.store_x);

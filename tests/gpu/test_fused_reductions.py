@@ -605,6 +605,25 @@ def test_layer_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch
     assert "out=" + {BF16: "bf16", F16: "f16"}[target] in norm["spec"], norm["spec"]
 
 
+@pytest.mark.parametrize("target", [BF16, F16])
+@pytest.mark.parametrize("shape", [(4, 3, 1024), (5, 33), (2, 4096), (1, 65536)], ids=str)
+def test_rms_norm_stores_its_cast_output(shape: tuple[int, ...], target: torch.dtype) -> None:
+    """Note [Norm outputs in 16 bits]: an f32 RMS norm (a decoder's f32
+    residual stream under autocast) whose result only feeds the product's
+    cast writes the cast's dtype, with its residual add as prologue."""
+    cols = shape[-1]
+    h, a, w = _randn(*shape), _randn(*shape), _randn(cols)
+
+    def fn(h: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = h + a
+        y = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        return y.view(-1, cols).to(target), x
+
+    compiled = _check(fn, h, a, w, kind="norm", tol=TOL[target])
+    (norm,) = compiled.report()["kernels"]
+    assert "rms_norm dtype=f32 out=" + {BF16: "bf16", F16: "f16"}[target] in norm["spec"], norm
+
+
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize(
     "shape", [(4, 3, 32), (7, 1000), (1, 4096), (0, 16), (197, 768), (5, 33), (3, 65536)], ids=str

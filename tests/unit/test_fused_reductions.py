@@ -202,6 +202,45 @@ def test_rms_norm_chain_is_one_norm_kernel(dtype: torch.dtype) -> None:
     assert "rms_norm" in report["kernels"][0]["spec"]
 
 
+def _rms_norm_f32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_rms_norm_output_cast_joins_the_norm() -> None:
+    """Note [Norm outputs in 16 bits]: an f32 RMS norm whose result only the
+    product's cast reads stores bf16; read elsewhere too, it stays f32."""
+    report = _traced(lambda x, w: _rms_norm_f32(x, w).to(BF16), ((8, 64), F32), ((64,), F32))
+    assert _kinds(report) == ["norm"], report["kernels"]
+    (norm,) = report["kernels"]
+    assert "aten::_to_copy.default" in _ops(report, norm)
+    assert "rms_norm dtype=f32 out=bf16" in norm["spec"], norm["spec"]
+
+    def read_twice(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = _rms_norm_f32(x, w)
+        return y.to(BF16), y * 2
+
+    both = _traced(read_twice, ((8, 64), F32), ((64,), F32))
+    norms = [k for k in both["kernels"] if k["kind"] == "norm"]
+    assert len(norms) == 1 and "out=f32" in norms[0]["spec"], both["kernels"]
+    assert "aten::_to_copy.default" not in _ops(both, norms[0])
+
+
+def test_an_rms_norm_rounding_before_its_weight_keeps_its_dtype() -> None:
+    """HF Llama's `weight * h.to(dtype)` over a bf16 input rounds x * rstd to
+    bf16 before the weight multiply (Note [RMS-norm rounding]); the norm's
+    own dtype is bf16 and an f32 cast after it is not taken."""
+
+    def hf(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (w * h.to(BF16)).float()
+
+    report = _traced(hf, ((8, 64), BF16), ((64,), BF16))
+    norms = [k for k in report["kernels"] if k["kind"] == "norm"]
+    assert len(norms) == 1 and "out=bf16" in norms[0]["spec"], report["kernels"]
+    assert "aten::_to_copy.default" not in _ops(report, norms[0])[-1:], _ops(report, norms[0])
+
+
 def test_rms_norm_training_forward_keeps_rstd() -> None:
     forward, _ = _aot(lambda x, w: F.rms_norm(x, (32,), w, 1e-5), *_params((4, 32), (32,)))
     norms = [k for k in forward["kernels"] if k["kind"] == "norm"]
