@@ -38,9 +38,12 @@ def _static_shifts(
     x: torch.Tensor, shifts: Sequence[Any], dims: Sequence[int]
 ) -> dict[int, int] | None:
     """Each rolled dim's net shift in [0, size), or None where a size or
-    shift is symbolic; dims rolled by a multiple of their size are left out."""
+    shift is symbolic or a dim out of range; dims rolled by a multiple of
+    their size are left out."""
     net: dict[int, int] = {}
     for shift, dim in zip(shifts, dims, strict=True):
+        if not -x.dim() <= dim < x.dim():
+            return None  # ATen's roll names the bad dim
         d = dim % x.dim()
         size = x.shape[d]
         if not isinstance(size, int) or not isinstance(shift, int):
@@ -65,8 +68,8 @@ def roll_as_concatenation(
 ) -> torch.Tensor:
     """``aten.roll`` as nested ``cat``s of ``slice``s (Note [Rolls as
     concatenations]), or NotImplemented (kept whole) for a roll of the
-    flattened tensor, symbolic sizes or shifts, or mismatched arguments,
-    which ATen's kernel reports."""
+    flattened tensor, symbolic sizes or shifts, or bad arguments, which
+    ATen's kernel reports."""
     if len(dims) == 0 or len(shifts) != len(dims) or x.dim() == 0 or x.numel() == 0:
         return NotImplemented
     net = _static_shifts(x, shifts, dims)

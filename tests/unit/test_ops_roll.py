@@ -66,6 +66,20 @@ def test_cuda_graphs_roll_by_concatenating_slices() -> None:
     assert aten.roll.default in flat and aten.cat.default not in flat, flat
 
 
+@pytest.mark.parametrize(
+    "shifts,dims",
+    [((1,), (2,)), ((1,), (-3,)), ((1, 2), (0,))],
+    ids=["past-end", "before", "count"],
+)
+def test_bad_arguments_are_left_to_aten(shifts: tuple[int, ...], dims: tuple[int, ...]) -> None:
+    """A dim out of range or shifts and dims of different lengths: the op
+    stays whole and ATen's own error reaches the user."""
+    x = torch.randn(3, 4)
+    assert roll_as_concatenation(x, shifts, dims) is NotImplemented
+    with pytest.raises((IndexError, RuntimeError)):
+        torch.roll(x, shifts, dims)
+
+
 def test_symbolic_sizes_keep_the_roll_whole() -> None:
     fn = lambda x: torch.roll(x, 2, 1) * 2  # noqa: E731
     gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="symbolic")(
