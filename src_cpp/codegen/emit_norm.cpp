@@ -202,6 +202,19 @@ std::string prologue_load_struct(const NormSpec& spec) {
 // x's shape, 0 where it broadcasts) at the offset of r's coordinates over
 // x's leading dims; Row::vec then loads columns, dense inputs by vectors,
 // Strided ones an element at a time `step` apart.
+//
+// Note [Row placement by multipliers]
+// Placing a strided input peels r's coordinates off one leading dim at a
+// time, and every thread of the row's group does it. For short rows that
+// is most of the kernel: Swin-T's window softmax (rows of 49 over [B, nW,
+// heads, 49, 49], a bias and a mask broadcast) spent four divisions and
+// four remainders by run-time sizes per input per row, about 300
+// instructions a thread, against three elements a thread to load, and ran
+// at 0.5 TB/s on an H200 (2026-11-29: 574 us a step at batch 32 for 12
+// softmaxes, Inductor's about 340). The 32-bit variant divides by
+// multiply and shift (Note [Divisors as multipliers] in
+// runtime/fast_divisors.h: the launch passes each size's packed pair as
+// shape_div), the remainder from the quotient; the 64-bit one divides.
 std::string prologue_row_load_struct(const NormSpec& spec) {
   const PointwiseSpec& prologue = *spec.prologue;
   const std::vector<bool> used = emit::used_inputs(prologue);
@@ -229,11 +242,17 @@ std::string prologue_row_load_struct(const NormSpec& spec) {
       continue;
     }
     row << "    I step_" << in << ";\n";
+    // Note [Row placement by multipliers]
+    const std::string quotient = spec.index64
+                                     ? "rest / size"
+                                     : "static_cast<I>(mb::fast_div(static_cast<int>(rest), "
+                                       "shape_div.d[d]))";
     place << "    {\n      I rest = r, offset = 0;\n#pragma unroll\n"
           << "      for (int d = " << rank - 2 << "; d >= 0; --d) {\n"
           << "        const I size = static_cast<I>(shape.d[d]);\n"
-          << "        offset += (rest % size) * static_cast<I>(stride_" << in << ".d[d]);\n"
-          << "        rest /= size;\n      }\n"
+          << "        const I q = " << quotient << ";\n"
+          << "        offset += (rest - q * size) * static_cast<I>(stride_" << in << ".d[d]);\n"
+          << "        rest = q;\n      }\n"
           << "      w." << in << " = " << in << " + offset;\n"
           << "      w.step_" << in << " = static_cast<I>(stride_" << in << ".d[" << rank - 1
           << "]);\n    }\n";
@@ -242,6 +261,7 @@ std::string prologue_row_load_struct(const NormSpec& spec) {
           << in << "[(c + e) * step_" << in << "]);\n";
   }
   if (any_strided) src << "  mb::Dims<" << rank << "> shape;\n";
+  if (any_strided && !spec.index64) src << "  mb::Dims<" << rank << "> shape_div;\n";
   for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
     if (prologue.inputs[k].mode == IndexMode::Strided)
       src << "  mb::Dims<" << rank << "> stride_in" << k << ";\n";
@@ -339,6 +359,10 @@ void tensor_reader(const NormSpec& spec, const std::string& stored, const std::s
   if (any_strided) {
     e.dims_param(prologue.rank, "shape");
     load += ", shape";
+  }
+  if (any_strided && !spec.index64) {  // Note [Row placement by multipliers]
+    e.dims_param(prologue.rank, "shape_div");
+    load += ", shape_div";
   }
   for (std::size_t k = 0; k < prologue.inputs.size(); ++k) {
     if (prologue.inputs[k].mode != IndexMode::Strided) continue;

@@ -820,8 +820,13 @@ TEST(CodegenNorm, SoftmaxReadsXThroughAPrologueWithABroadcastInput) {
           names.push_back(p.name);
           if (p.kind == KernelParam::Kind::Dims) EXPECT_EQ(p.rank, 4) << p.name;
         }
-        EXPECT_EQ(names, (std::vector<std::string>{"in0", "in1", "shape", "stride_in1", "y", "rows",
-                                                   "cols"}));
+        // Note [Row placement by multipliers]: the 32-bit variant also takes
+        // each size's multiplier and shift, and divides by neither.
+        std::vector<std::string> want = {"in0", "in1", "shape", "stride_in1", "y", "rows", "cols"};
+        if (!index64) want.insert(want.begin() + 3, "shape_div");
+        EXPECT_EQ(names, want);
+        EXPECT_EQ(kernel.source.find("rest / size") == std::string::npos, !index64)
+            << kernel.source;
         EXPECT_NE(kernel.source.find("Row row(const I r, const I cols)"), std::string::npos)
             << kernel.source;
         cases.push_back({spec.to_string(), kernel});

@@ -17,6 +17,7 @@
 
 #include "codegen/launch_tuning.h"
 #include "common/error.h"
+#include "runtime/fast_divisors.h"
 #include "runtime/tensor_alias.h"
 
 namespace mybackend {
@@ -170,7 +171,10 @@ bool NormKernel::launch(ValueSlots& slots, const SymbolBindings& bindings,
     t = expanded_alias(t, *shape);  // Note [Aliases without the dispatcher]
     dims["stride_" + name] = t.strides().vec();
   }
-  if (!dims.empty()) dims["shape"] = *shape;
+  if (!dims.empty()) {
+    dims["shape"] = *shape;
+    dims["shape_div"] = packed_divisors(*shape);  // Note [Row placement by multipliers]
+  }
   if (!device) return fail("the group reads no tensor");
   for (const auto& [name, t] : tensors) {
     if (!norm_reads_rows(name)) continue;
