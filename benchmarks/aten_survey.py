@@ -17,6 +17,14 @@ per-graph passes and planned by the C++ core, as the GPU machine plans it.
 Reported per model: the kernel groups of each graph by kind, and the ops
 (shape views aside) that ATen sequences run.
 
+``--dtype bfloat16`` runs the workload as the GPU harness does by default:
+inference with bf16 weights and inputs, training with fp32 weights under
+bf16 autocast. On the CPU that is CPU autocast, whose list of ops cast to
+bf16 is close to CUDA's (matrix products, convolutions, attention) but not
+the same (CUDA autocast runs layer norms in fp32, CPU autocast in bf16);
+without it a training survey sees none of the casts autocast adds around
+each product (Note [Norm outputs in 16 bits] acts on them).
+
 Where the simulation differs from the GPU machine: without cuDNN,
 FakeTensor's CUDA convolution returns NCHW outputs, so channels-last plans
 of convolutional models are not the GPU's (docs/performance.md, the
@@ -149,9 +157,16 @@ def _capturing_backend(
 
 
 def survey_model(
-    model: str, scenario: str, *, full: bool = False, batch: int | None = None
+    model: str,
+    scenario: str,
+    *,
+    full: bool = False,
+    batch: int | None = None,
+    dtype: str = "float32",
 ) -> ModelSurvey:
-    """Plans every graph of one model's workload (Note in the module doc)."""
+    """Plans every graph of one model's workload (Note in the module doc);
+    ``dtype`` "bfloat16": the GPU harness's bf16 inference or bf16-autocast
+    training."""
     spec = ALL_MODELS[model]
     if batch is None:
         training = scenario == "training"
@@ -161,7 +176,7 @@ def survey_model(
     backend = Backend("survey", {"backend": _capturing_backend(options, result.graphs)}, None)
     torch._dynamo.reset()
     try:
-        task = Task(Workload(model, scenario, batch, tiny=not full), references=False)
+        task = Task(Workload(model, scenario, batch, dtype=dtype, tiny=not full), references=False)
         with as_cuda():
             task.runner(backend).first()
     except Exception as error:  # a model the survey cannot trace is a row, not a crash
@@ -209,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", choices=("inference", "training"), default="inference")
     p.add_argument("--full", action="store_true", help="full-size variants (slower)")
     p.add_argument("--batch", type=int, help="default: 2 (tiny), 1 (full), training batches")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="bfloat16: as the GPU harness runs (bf16 inference, bf16-autocast training)",
+    )
     p.add_argument("--top", type=int, default=12, help="ops listed per model")
     p.add_argument("--out", type=Path, help="also write survey.md here")
     args = p.parse_args(argv)
@@ -216,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     surveys = []
     for model in models:
         print(f"surveying {model} ({args.scenario})", file=sys.stderr, flush=True)
-        surveys.append(survey_model(model, args.scenario, full=args.full, batch=args.batch))
+        surveys.append(
+            survey_model(model, args.scenario, full=args.full, batch=args.batch, dtype=args.dtype)
+        )
     lines = report_lines(surveys, args.top)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

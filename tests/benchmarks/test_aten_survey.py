@@ -47,6 +47,23 @@ def test_a_training_survey_plans_the_forward_and_the_backward() -> None:
     assert any(line.startswith("| mlp | training | backward |") for line in lines)
 
 
+def test_a_bf16_training_survey_sees_autocasts_casts() -> None:
+    """--dtype bfloat16: fp32 weights under bf16 autocast, as the GPU
+    harness trains; the forward casts the weights for its products, which
+    an fp32 survey never shows."""
+    fp32 = aten_survey.survey_model("mlp", "training")
+    bf16 = aten_survey.survey_model("mlp", "training", dtype="bfloat16")
+    assert fp32.error is None and bf16.error is None, (fp32.error, bf16.error)
+
+    def casts(survey: aten_survey.ModelSurvey) -> int:
+        forward = survey.graphs[0]
+        return forward.groups.get("cast_group", 0) + forward.aten_ops.get(
+            "aten::_to_copy.default", 0
+        )
+
+    assert casts(fp32) == 0 and casts(bf16) > 0, (fp32.graphs[0], bf16.graphs[0])
+
+
 def test_a_failing_model_is_a_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("no trace here")
