@@ -204,8 +204,9 @@ std::string prologue_load_struct(const NormSpec& spec) {
 // Strided ones an element at a time `step` apart.
 //
 // Note [Row placement by multipliers]
-// Placing a strided input peels r's coordinates off one leading dim at a
-// time, and every thread of the row's group does it. For short rows that
+// Placing the strided inputs peels r's coordinates off one leading dim at
+// a time (emit::strided_offsets, as a pointwise kernel places its strided
+// tensors), and every thread of the row's group does it. For short rows that
 // is most of the kernel: Swin-T's window softmax (rows of 49 over [B, nW,
 // heads, 49, 49], a bias and a mask broadcast) spent four divisions and
 // four remainders by run-time sizes per input per row, about 300
@@ -215,13 +216,17 @@ std::string prologue_load_struct(const NormSpec& spec) {
 // multiply and shift (Note [Divisors as multipliers] in
 // runtime/fast_divisors.h: the launch passes each size's packed pair as
 // shape_div), the remainder from the quotient; the 64-bit one divides.
+// One pass serves every strided input.
 std::string prologue_row_load_struct(const NormSpec& spec) {
   const PointwiseSpec& prologue = *spec.prologue;
   const std::vector<bool> used = emit::used_inputs(prologue);
   const int rank = prologue.rank;
   bool any_strided = false;
   for (const TensorArg& in : prologue.inputs) any_strided |= in.mode == IndexMode::Strided;
-  std::ostringstream src, row, place, vec;
+  std::ostringstream src, row, place, strided_place, vec;
+  // Strided inputs: their offsets at r's coordinates over x's leading dims,
+  // all from one pass over those dims.
+  std::vector<emit::OffsetTensor> strided;
   src << emit::body_function(prologue, "mb_prologue") << "\nstruct Load {\n  typedef "
       << emit::compute_type(prologue.outputs[0].tensor.dtype) << " Value;\n";
   row << "  struct Row {\n";
@@ -242,20 +247,9 @@ std::string prologue_row_load_struct(const NormSpec& spec) {
       continue;
     }
     row << "    I step_" << in << ";\n";
-    // Note [Row placement by multipliers]
-    const std::string quotient = spec.index64
-                                     ? "rest / size"
-                                     : "static_cast<I>(mb::fast_div(static_cast<int>(rest), "
-                                       "shape_div.d[d]))";
-    place << "    {\n      I rest = r, offset = 0;\n#pragma unroll\n"
-          << "      for (int d = " << rank - 2 << "; d >= 0; --d) {\n"
-          << "        const I size = static_cast<I>(shape.d[d]);\n"
-          << "        const I q = " << quotient << ";\n"
-          << "        offset += (rest - q * size) * static_cast<I>(stride_" << in << ".d[d]);\n"
-          << "        rest = q;\n      }\n"
-          << "      w." << in << " = " << in << " + offset;\n"
-          << "      w.step_" << in << " = static_cast<I>(stride_" << in << ".d[" << rank - 1
-          << "]);\n    }\n";
+    strided.push_back({"off_" + in, "stride_" + in, rank - 1});
+    strided_place << "    w." << in << " = " << in << " + off_" << in << ";\n    w.step_" << in
+                  << " = static_cast<I>(stride_" << in << ".d[" << rank - 1 << "]);\n";
     if (used[k])
       vec << "#pragma unroll\n      for (int e = 0; e < N; ++e) " << x << "[e] = mb::to_compute("
           << in << "[(c + e) * step_" << in << "]);\n";
@@ -268,6 +262,11 @@ std::string prologue_row_load_struct(const NormSpec& spec) {
   }
   vec << "#pragma unroll\n      for (int k = 0; k < N; ++k) mb_prologue("
       << emit::body_call_args(prologue, "x", "[k]", "s", "y", "[k]") << ");\n    }\n";
+  if (!strided.empty()) {  // Note [Row placement by multipliers]
+    place << emit::strided_offsets(strided, rank - 1, "shape", "r", "    ",
+                                   spec.index64 ? "" : "shape_div")
+          << strided_place.str();
+  }
   place << "    return w;\n  }\n";
   src << row.str() << vec.str() << "  };\n" << place.str() << "};\n\n";
   return src.str();

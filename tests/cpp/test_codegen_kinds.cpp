@@ -825,7 +825,7 @@ TEST(CodegenNorm, SoftmaxReadsXThroughAPrologueWithABroadcastInput) {
         std::vector<std::string> want = {"in0", "in1", "shape", "stride_in1", "y", "rows", "cols"};
         if (!index64) want.insert(want.begin() + 3, "shape_div");
         EXPECT_EQ(names, want);
-        EXPECT_EQ(kernel.source.find("rest / size") == std::string::npos, !index64)
+        EXPECT_EQ(kernel.source.find("rem /= size") == std::string::npos, !index64)
             << kernel.source;
         EXPECT_NE(kernel.source.find("Row row(const I r, const I cols)"), std::string::npos)
             << kernel.source;
