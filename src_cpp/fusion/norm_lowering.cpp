@@ -641,10 +641,10 @@ void absorb_output_cast(const GraphIndex& index, const std::set<NodeId>& partiti
                         NormMatch* match) {
   const Graph& graph = index.graph;
   const NormGroup& g = *match->group;
-  const bool rms = g.spec.kind == NormKind::RmsNormForward && !g.spec.round_before_weight;
-  if ((g.spec.kind != NormKind::LayerNormForward && !rms) || g.spec.dtype != DType::Float32 ||
-      g.normalized_dims != 1)
-    return;
+  // An RMS chain rounding before its weight is not f32 (validate() says so too).
+  const bool forward =
+      g.spec.kind == NormKind::LayerNormForward || g.spec.kind == NormKind::RmsNormForward;
+  if (!forward || g.spec.dtype != DType::Float32 || g.normalized_dims != 1) return;
   auto y = std::find_if(g.outputs.begin(), g.outputs.end(),
                         [](const auto& o) { return o.first == "y"; });
   if (y == g.outputs.end()) return;
@@ -681,12 +681,11 @@ std::string match_norm(const GraphIndex& index, const std::set<NodeId>& partitio
     problem = match_softmax(index.graph, node, out);
   } else if (node.op.find("native_layer_norm") != std::string::npos) {
     problem = match_layer_norm(index, node, out);
-    if (problem.empty()) absorb_output_cast(index, partition, out);
   } else {
     problem = match_rms_norm(index, node, out);
-    if (problem.empty()) absorb_output_cast(index, partition, out);
   }
   if (!problem.empty()) return problem;
+  absorb_output_cast(index, partition, out);  // forward layer and RMS norms only
   for (NodeId n : out->nodes) {
     if (partition.count(n) == 0) return "part of the norm lies outside the partition";
   }
