@@ -10,7 +10,12 @@ of the partition stage), lowering and C++ stages, and the rest of the call
 keeps the first call of least CPU time of N in this process;
 ``--processes N`` measures each cell in N fresh interpreters and shows the
 median of each stage (a compile's first call in a process pays for imports
-and caches that a second one does not). ``--as-cuda`` (CPU only) traces
+and caches that a second one does not). ``--warm`` (with ``--processes``)
+gives each cell a fresh pair of cache folders (torch's, which holds the
+AOTAutograd cache that option ``warm_start`` uses, and mybackend's kernel
+cache): one process compiles cold, then N processes start warm from what it
+left, and the table shows both (issue 35: a warm first call within dynamo's
+own tracing time and half a second). ``--as-cuda`` (CPU only) traces
 and rewrites the graphs as a CUDA graph would be: CUDA's decomposition
 table, the batch-norm rewrite, the layout plan and the matrix-product
 padding; the core then plans CPU graphs, and no kernel is generated, so it
@@ -23,9 +28,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import NamedTuple
 
@@ -46,6 +53,10 @@ class Measured(NamedTuple):
     stages: dict[str, float]  # seconds per stage of the first call
     cpu: float  # the call's CPU seconds (this process)
     kernels: dict[str, int]  # what the call added to the kernel cache's counters
+    # What the call added to mybackend's compile counters (Note [Compile counters]).
+    events: dict[str, int] = {}
+    # A second call, compiled already: the run that "rest of the call" holds.
+    second_call: float = 0.0
 
 
 def measure(workload: Workload, backend: Backend) -> Measured:
@@ -56,6 +67,7 @@ def measure(workload: Workload, backend: Backend) -> Measured:
     reset_dynamo()
     runner = task.runner(backend)
     before = compile_times.snapshot()
+    events_before = compile_times.counts()
     kernels_before = _C.kernel_cache_stats()
     cpu = time.process_time()
     with collecting() as records:
@@ -64,11 +76,13 @@ def measure(workload: Workload, backend: Backend) -> Measured:
     after = compile_times.snapshot()
     kernels_after = _C.kernel_cache_stats()
     kernels = {k: kernels_after[k] - kernels_before.get(k, 0) for k in kernels_after}
+    events = {k: v - events_before.get(k, 0) for k, v in compile_times.counts().items()}
+    second_call = time_once(runner.first, task.device)
     stages = split_joint_passes(
         compile_times.breakdown(before, after, seconds, records),
         after.get(JOINT_PASSES, 0.0) - before.get(JOINT_PASSES, 0.0),
     )
-    return Measured(stages, cpu, kernels)
+    return Measured(stages, cpu, kernels, {k: v for k, v in events.items() if v}, second_call)
 
 
 def split_joint_passes(stages: dict[str, float], joint: float) -> dict[str, float]:
@@ -91,13 +105,25 @@ def median(runs: list[Measured]) -> Measured:
     counts as 0), the median CPU time and kernel counters."""
     names = list(dict.fromkeys(s for run in runs for s in run.stages))
     stages = {s: statistics.median(run.stages.get(s, 0.0) for run in runs) for s in names}
-    keys = list(dict.fromkeys(k for run in runs for k in run.kernels))
-    kernels = {k: int(statistics.median(run.kernels.get(k, 0) for run in runs)) for k in keys}
-    return Measured(stages, statistics.median(run.cpu for run in runs), kernels)
+    return Measured(
+        stages,
+        statistics.median(run.cpu for run in runs),
+        _median_counts([run.kernels for run in runs]),
+        _median_counts([run.events for run in runs]),
+        statistics.median(run.second_call for run in runs),
+    )
 
 
-def measure_in_fresh_process(args: argparse.Namespace, model: str, backend: str) -> Measured:
-    """One cell measured by a new interpreter (``--cell``)."""
+def _median_counts(counters: list[dict[str, int]]) -> dict[str, int]:
+    keys = list(dict.fromkeys(k for counter in counters for k in counter))
+    return {k: int(statistics.median(c.get(k, 0) for c in counters)) for k in keys}
+
+
+def measure_in_fresh_process(
+    args: argparse.Namespace, model: str, backend: str, env: dict[str, str] | None = None
+) -> Measured:
+    """One cell measured by a new interpreter (``--cell``), with ``env``
+    added to this process's environment."""
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in _CELL_OPTIONS]
     flags += ["--as-cuda"] if args.as_cuda else []
     flags += ["--tiny"] if args.tiny else []
@@ -107,11 +133,35 @@ def measure_in_fresh_process(args: argparse.Namespace, model: str, backend: str)
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     if done.returncode != 0:
         raise RuntimeError(f"{model} {backend} failed:\n{done.stderr[-3000:]}")
     cell = json.loads(done.stdout.strip().splitlines()[-1])
-    return Measured(cell["stages"], cell["cpu"], cell["kernels"])
+    return Measured(
+        cell["stages"], cell["cpu"], cell["kernels"], cell["events"], cell["second_call"]
+    )
+
+
+def cache_folders(root: str) -> dict[str, str]:
+    """The environment that puts torch's caches (the AOTAutograd cache among
+    them) and mybackend's kernel cache under ``root``."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "torch"),
+        "MYBACKEND_CACHE_DIR": os.path.join(root, "mybackend"),
+    }
+
+
+def measure_cold_and_warm(
+    args: argparse.Namespace, model: str, backend: str
+) -> tuple[Measured, Measured]:
+    """One fresh process on empty caches, then the median of --processes
+    fresh processes on what it left."""
+    with tempfile.TemporaryDirectory(prefix="compile_breakdown_") as root:
+        env = cache_folders(root)
+        cold = measure_in_fresh_process(args, model, backend, env)
+        warm = [measure_in_fresh_process(args, model, backend, env) for _ in range(args.processes)]
+    return cold, median(warm)
 
 
 _CELL_OPTIONS = ("scenario", "batch", "device", "dtype")
@@ -145,9 +195,16 @@ def table(columns: dict[str, Measured]) -> str:
     lines.append("| first call | " + " | ".join(totals) + " |")
     cpu = [f"{m.cpu:.2f}" for m in columns.values()]
     lines.append("| first call, CPU time of the process | " + " | ".join(cpu) + " |")
+    second = [f"{m.second_call:.2f}" for m in columns.values()]
+    lines.append("| second call (the run alone) | " + " | ".join(second) + " |")
+    overhead = [f"{sum(m.stages.values()) - m.second_call:.2f}" for m in columns.values()]
+    lines.append("| first call less the second | " + " | ".join(overhead) + " |")
     rows = [kernel_rows(m.kernels) for m in columns.values()]
     for name in rows[0] if rows else ():
         lines.append(f"| {name} | " + " | ".join(r[name] for r in rows) + " |")
+    for event in dict.fromkeys(e for m in columns.values() for e in m.events):
+        cells = [str(m.events.get(event, 0)) for m in columns.values()]
+        lines.append(f"| mybackend: {event} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -163,10 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="keep the fastest of N first calls")
     p.add_argument("--processes", type=int, default=0, help="median of N fresh processes per cell")
     p.add_argument(
+        "--warm",
+        action="store_true",
+        help="per cell: a cold process on fresh caches, then --processes warm ones",
+    )
+    p.add_argument(
         "--as-cuda", action="store_true", help="CPU graphs traced and rewritten as CUDA's"
     )
     p.add_argument("--cell", action="store_true", help=argparse.SUPPRESS)  # one cell, as JSON
     args = p.parse_args(argv)
+    if args.warm and args.processes < 1:
+        p.error("--warm measures fresh processes: give --processes N (N >= 1)")
     if args.as_cuda and args.device != "cpu":
         p.error("--as-cuda simulates a CUDA compile on the CPU: use it with --device cpu")
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
@@ -178,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
                 model, args.scenario, args.batch, args.device, args.dtype, args.tiny
             )
             for name in args.backends.split(","):
-                if args.processes > 0:
+                if args.warm:
+                    cold, warm = measure_cold_and_warm(args, model, name)
+                    columns[f"{model} {name} cold"] = cold
+                    columns[f"{model} {name} warm"] = warm
+                elif args.processes > 0:
                     runs = [
                         measure_in_fresh_process(args, model, name) for _ in range(args.processes)
                     ]

@@ -40,6 +40,7 @@ from mybackend.compile_times import (
 )
 from mybackend.lowering import lower
 from mybackend.options import Options
+from mybackend.source_keys import TORCH_KEY_LOADED, TORCH_KEY_STORED
 from tests.testing import run_in_fresh_python
 
 # One child process: compiles a small MLP with warm start on, once per
@@ -135,6 +136,11 @@ def test_second_process_does_no_aot_trace_and_no_lowering(tmp_path: Path) -> Non
     assert [r["counts"][AOT_COMPILES] for r in cold] == graphs
     assert [r["counts"][WARM_SAVES] for r in cold] == graphs
     warm, _ = run_child(tmp_path, variants)
+    # torch's source key: computed and stored by the first process, read by
+    # the second (Note [Source keys kept]).
+    assert cold[0]["counts"][TORCH_KEY_STORED] == 1
+    assert warm[0]["counts"][TORCH_KEY_LOADED] == 1
+    assert TORCH_KEY_STORED not in warm[0]["counts"]
     for result, count in zip(warm, graphs, strict=True):
         assert result["hits"] == 1 and result["aot_traces"] == 0
         counts = result["counts"]
