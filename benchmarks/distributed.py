@@ -151,6 +151,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              f" {LOSS_WINDOW} steps to eager's")  # fmt: skip
     parser.add_argument("--fsdp-compile", choices=("model", "blocks"), default="model")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket size")
+    parser.add_argument("--ddp-options", type=json.loads, default={},
+                        help='more DistributedDataParallel arguments, as JSON, e.g.'
+                             ' \'{"gradient_as_bucket_view": true}\'')  # fmt: skip
     parser.add_argument(
         "--cpus-per-rank",
         type=int,
@@ -206,7 +209,13 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     return list(blocks.children())
 
 
-def wrap(model: LossModel, setup: str, device: str, bucket_cap_mb: float) -> nn.Module:
+def wrap(
+    model: LossModel,
+    setup: str,
+    device: str,
+    bucket_cap_mb: float,
+    ddp_options: dict[str, Any] | None = None,
+) -> nn.Module:
     """DDP, FSDP2 over each transformer block and the root, or (single) the
     model itself."""
     model = model.to(device)
@@ -216,7 +225,9 @@ def wrap(model: LossModel, setup: str, device: str, bucket_cap_mb: float) -> nn.
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.cuda.current_device()] if device == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
+        return DistributedDataParallel(
+            model, device_ids=ids, bucket_cap_mb=bucket_cap_mb, **(ddp_options or {})
+        )
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy()
@@ -321,7 +332,9 @@ class Trainer:
         counters.clear()
         frames_before = dict(convert_frame.FRAME_COMPILE_COUNTER)
         torch.manual_seed(0)  # the same weights for every backend and rank
-        model = wrap(build_model(args.tiny), setup, args.device, args.bucket_cap_mb)
+        model = wrap(
+            build_model(args.tiny), setup, args.device, args.bucket_cap_mb, args.ddp_options
+        )
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.step_fn = compile_step(
             model, setup, backend, args.fsdp_compile, args.mybackend_options
@@ -623,7 +636,7 @@ def markdown(results: list[Result], args: argparse.Namespace, world: int) -> str
         f"GPT-2 {'tiny' if args.tiny else 'small'}, {world} x {device}, batch {args.batch}"
         f" x {args.seq} per rank, AdamW, {args.rounds} interleaved rounds of {args.steps} timed"
         f" steps after {args.warmup} (fsdp compile: {args.fsdp_compile}, mybackend options:"
-        f" {options})",
+        f" {options}, ddp options: {json.dumps(args.ddp_options)})",
         "",
         "| setup | backend | ms/step | rounds min-max | vs eager | max loss rel. diff,"
         f" step / {LOSS_WINDOW}-step mean | loss check | graphs | graph breaks | recompiles |"

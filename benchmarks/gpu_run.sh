@@ -31,6 +31,11 @@
 #                  the OpInfo and layout sweeps; the per-engine table of docs/op-sweep.md
 #                  in $OUT/sweep/op-sweep.md (python -m benchmarks.engine_sweep; options
 #                  such as --files FILE... or -k EXPR go to it)
+#   startup [MODELS [options]]  first training calls in fresh processes, cold
+#                  and then warm on the caches the cold one left, for mybackend
+#                  with option warm_start and for Inductor, split by stage
+#                  (python -m benchmarks.compile_breakdown --warm; MODELS: a comma
+#                  list, default resnet50,bert_base,gpt2); $OUT/startup/startup.md
 #   dist [options] DDP and FSDP2 training of GPT-2 small under torchrun, one
 #                  process per GPU of the machine (NCCL, NVLink multicast off):
 #                  eager, Inductor and mybackend ms per step and a loss check
@@ -60,7 +65,7 @@ cd "$(dirname "$0")/.."
 step=${1:-smoke}
 shift || true
 case "$step" in
-  tests|micro|infer|train|smoke|queue|profile|model|zoo|sweep|dist) ;;
+  tests|micro|infer|train|smoke|queue|profile|model|zoo|sweep|dist|startup) ;;
   *) echo "unknown step '$step' (see the head of $0)"; exit 2 ;;
 esac
 model=""
@@ -140,6 +145,12 @@ case "$step" in
     shift || true
     python3 -m benchmarks.gpu_queue --out "$out" --deadline "$limit" \
       --work /tmp/mybackend-zoo --models "$selection" --model-options="$*" ;;
+  startup)
+    models=${1:-resnet50,bert_base,gpt2}
+    shift || true
+    timeout --signal=INT --kill-after=20 "$limit" \
+      python3 -m benchmarks.compile_breakdown --models "$models" \
+      --backends mybackend-warm-start,inductor --processes 1 --warm "$@" | tee "$out/startup.md" ;;
   dist)
     # NVLink multicast (NVLS) stays off on these machines.
     export NCCL_NVLS_ENABLE=0
