@@ -460,10 +460,12 @@ def run_setup(args: argparse.Namespace, setup: str, rank: int) -> list[Result]:
         )
         trainers.pop(backend, None)
 
-    def attempt(backend: str, action: Callable[[], None]) -> None:
+    def attempt(backend: str, action: Callable[[], None]) -> bool:
+        """Whether ``action`` succeeded on every rank (else the backend failed)."""
         error = on_every_rank(action, f"{setup} {backend}", rank, args.device)
         if error is not None:
             fail(backend, trainers.get(backend), error)
+        return error is None
 
     def build(backend: str) -> None:
         trainers[backend] = Trainer(args, setup, backend, rank)
@@ -476,15 +478,11 @@ def run_setup(args: argparse.Namespace, setup: str, rank: int) -> list[Result]:
     # The collectives of the benchmark itself come after on_every_rank's
     # agreement, never inside an action that could fail on one rank only.
     for backend in backends:
-        attempt(backend, partial(build, backend))
-        trainer = trainers.get(backend)
-        if trainer is not None and trainer.floors is not None:
-            trainer.result.floors = every_rank(trainer.floors)
+        if attempt(backend, partial(build, backend)) and trainers[backend].floors is not None:
+            trainers[backend].result.floors = every_rank(trainers[backend].floors)
     for round_index in range(args.rounds):
         for backend in round_order(backends, round_index):
-            if backend in trainers:
-                attempt(backend, partial(time_round, backend))
-            if backend in trainers:
+            if backend in trainers and attempt(backend, partial(time_round, backend)):
                 ms = slowest_rank(round_ms[backend], args.device)
                 trainers[backend].result.ms_rounds.append(ms)
     results = []

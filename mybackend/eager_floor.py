@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 
+from mybackend._files import write_atomically
 from mybackend._logging import get_logger, warn_once
 from mybackend.options import extension_build
 
@@ -349,13 +350,8 @@ class EagerFloor:
             "compiled_ms": self.compiled_ms,
             "eager_ms": self.eager_ms,
         }
-        temporary = f"{self._cache_file}.{os.getpid()}.tmp"
-        try:
-            os.makedirs(os.path.dirname(self._cache_file), mode=0o700, exist_ok=True)
-            with open(temporary, "w", encoding="utf-8") as file:
-                json.dump(saved, file)
-            os.replace(temporary, self._cache_file)  # readers see a whole file or none
-        except OSError as error:  # an unwritable cache costs a measurement next time
+        error = write_atomically(self._cache_file, json.dumps(saved).encode(), folder_mode=0o700)
+        if error is not None:  # an unwritable cache costs a measurement next time
             log.debug("%s: could not save the eager-floor choice (%s)", self.name, error)
 
 

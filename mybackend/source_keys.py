@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +51,7 @@ import torch
 from torch._inductor import codecache
 from torch._inductor.runtime.runtime_utils import cache_dir  # type: ignore[attr-defined]
 
+from mybackend._files import write_atomically
 from mybackend._logging import warn_once
 from mybackend.compile_times import count
 
@@ -131,7 +131,7 @@ def _prime_torch_key(folder: str | None) -> None:
         return
     value = torch_key()
     if isinstance(value, bytes) and len(value) == _SHA256_BYTES:
-        _write(path, value)
+        write_atomically(path, value)
         count(TORCH_KEY_STORED)
 
 
@@ -151,7 +151,7 @@ def _prime_triton_key(folder: str | None) -> None:
     if stored is None:
         value = compat.triton_key()
         if isinstance(value, str) and value.startswith(version):
-            _write(path, value.encode())
+            write_atomically(path, value.encode())
             count(TRITON_KEY_STORED)
         return
     text, real = stored.decode(), compat.triton_key
@@ -193,15 +193,3 @@ def _read(path: Path, valid: Callable[[bytes], bool]) -> bytes | None:
         )
         return None
     return value
-
-
-def _write(path: Path, value: bytes) -> None:
-    """Writes ``value`` by an atomic rename; a folder that cannot be written
-    only costs the next process the computation."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as file:
-            file.write(value)
-        os.replace(file.name, path)
-    except OSError:
-        return
