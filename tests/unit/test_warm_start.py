@@ -54,8 +54,19 @@ import torch._dynamo
 import mybackend
 from mybackend import compile_times, warm_start
 from torch._dynamo.utils import compilation_time_metrics, counters
+from mybackend.ops import cross_entropy
+from mybackend.passes import pipeline
 
 CONFIG = json.loads({config!r})
+REWRITES = [0]  # cross-entropy calls rewritten to mybackend's fused loss
+_rewrite = pipeline.rewrite_cross_entropy
+
+def counted_rewrite(*args, **kwargs):
+    done = _rewrite(*args, **kwargs)
+    REWRITES[0] += done
+    return done
+
+pipeline.rewrite_cross_entropy = counted_rewrite
 
 def run(variant):
     width = variant.get("width", 16)
@@ -68,15 +79,21 @@ def run(variant):
     if variant.get("transposed"):
         x = x.t().contiguous().t()
     options = {{"warm_start": True, **variant.get("options", {{}})}}
-    compiled = torch.compile(model, backend="mybackend", options=options)
+    step = model
+    if variant.get("loss") == "cross_entropy":  # rewritten to mybackend's fused loss
+        cross_entropy.REWRITTEN_DEVICES = ("cpu",)
+        target = torch.arange(x.shape[0]) % 4
+        step = lambda inp: torch.nn.functional.cross_entropy(model(inp), target)
+    compiled = torch.compile(step, backend="mybackend", options=options)
     train = variant.get("train", True)
     before = compile_times.counts()
     hits = counters["aot_autograd"]["autograd_cache_hit"]
     traced = sum(len(compilation_time_metrics.get(k, ())) for k in
                  ("aot_collect_metadata", "aot_trace_joint_graph"))
+    rewrites_before = REWRITES[0]
     with torch.set_grad_enabled(train):
         out = compiled(x)
-        ref = model(x)
+        ref = step(x)
     error = (out - ref).abs().max().item()
     if train:
         out.sum().backward()
@@ -93,6 +110,7 @@ def run(variant):
         "hits": counters["aot_autograd"]["autograd_cache_hit"] - hits,
         "aot_traces": traced_after - traced,
         "error": error,
+        "rewrites": REWRITES[0] - rewrites_before,
     }}
 
 results = []
@@ -149,6 +167,19 @@ def test_second_process_does_no_aot_trace_and_no_lowering(tmp_path: Path) -> Non
         assert counts.get(LOWERINGS, 0) == 0
         assert counts[WARM_LOADS] == count
         assert result["error"] <= 1e-5  # outputs and gradients as eager's
+
+
+def test_a_step_with_a_fused_loss_is_kept_and_loaded(tmp_path: Path) -> None:
+    # The rewrite puts mybackend's fused cross-entropy into the dynamo graph,
+    # which torch's cache keeps only if it can name the call.
+    variants = [{"loss": "cross_entropy"}]
+    (cold,), _ = run_child(tmp_path, variants)
+    assert cold["rewrites"] == 1
+    assert cold["counts"][WARM_SAVES] == 2
+    (warm,), _ = run_child(tmp_path, variants)
+    assert warm["hits"] == 1 and warm["aot_traces"] == 0
+    assert warm["counts"].get(LOWERINGS, 0) == 0 and warm["counts"][WARM_LOADS] == 2
+    assert warm["error"] <= 1e-5
 
 
 def test_second_process_does_not_plan(tmp_path: Path) -> None:
