@@ -5,13 +5,15 @@
 
 The knobs of Note [Options from the environment] (kill switches such as
 MYBACKEND_VIEW_REPLAY and MYBACKEND_GENERATED_KERNELS, launch tuning such
-as MYBACKEND_PW_BLOCK) are read at each compile, so one process can compile
-a model once per setting and time each in turn: the settings alternate for
-``--rounds`` rounds (on, off, on, off ...), each a fresh compile of the same
-model, warmed up as the benchmark rows are, then timed as the rows time
-(``benchmarks.common.time_block``: blocks of back-to-back steps, CUDA
-events around each block). Same process, same
-GPU, same inputs: differences between machines and processes, which move a
+as MYBACKEND_PW_BLOCK) and MYBACKEND_DISABLED_PASSES (mybackend's graph passes
+by name; ``--env "MYBACKEND_DISABLED_PASSES= ,causal_masks"`` times a pass on
+and off, the blank setting disabling none) are read at each compile, so one
+process can compile a model once per setting and time each in turn: the
+settings alternate for ``--rounds`` rounds (on, off, on, off ...), each a
+fresh compile of the same model, warmed up as the benchmark rows are, then
+timed as the rows time (``benchmarks.common.time_block``: blocks of
+back-to-back steps, CUDA events around each block). Same process, same GPU,
+same inputs: differences between machines and processes, which move a
 default-mode training row by more than a host-side change does, cancel.
 Prints, per setting and round, the median step time of ``--blocks`` blocks,
 and the median over rounds last.

@@ -75,7 +75,9 @@ class Options:
         (),
         "mybackend's graph passes to skip, by name (docs/architecture.md lists them; "
         "explain() shows the ones that ran). For bisecting a rewrite and for A/B runs: "
-        "a skipped pass leaves a correct graph, only a slower one.",
+        "a skipped pass leaves a correct graph, only a slower one. The environment "
+        "variable MYBACKEND_DISABLED_PASSES (a comma list, read at each compile) adds "
+        "to it, for same-process A/B runs (benchmarks.ab_env).",
     )
     cuda_graphs: bool = _field(
         False,
@@ -511,6 +513,23 @@ _PASS_NAMES: set[str] = set()
 def register_pass_names(names: Iterable[str]) -> None:
     """Adds graph-pass names the option ``disabled_passes`` accepts."""
     _PASS_NAMES.update(names)
+
+
+# Passes a same-process A/B run (benchmarks.ab_env) switches off without
+# editing the call's options: a comma list of pass names, read at each compile.
+DISABLED_PASSES_ENV = "MYBACKEND_DISABLED_PASSES"
+
+
+def disabled_pass_names(options: Options) -> frozenset[str]:
+    """``options.disabled_passes`` and those of $MYBACKEND_DISABLED_PASSES
+    (an unknown name there raises, naming the variable)."""
+    listed = [n.strip() for n in os.environ.get(DISABLED_PASSES_ENV, "").split(",") if n.strip()]
+    for name in listed:
+        try:
+            _check_pass(name)
+        except ValueError as error:
+            raise ValueError(f"{DISABLED_PASSES_ENV}: {error}") from None
+    return frozenset(options.disabled_passes).union(listed)
 
 
 def _check_pass(name: str) -> None:

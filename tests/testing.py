@@ -148,6 +148,22 @@ def call_targets(gm: torch.fx.GraphModule) -> list[Any]:
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
+def compiled_through_rewrite(
+    rewrite: Callable[[torch.fx.GraphModule], int], fn: Callable[..., Any]
+) -> tuple[Callable[..., Any], list[tuple[int, torch.fx.GraphModule]]]:
+    """``fn`` compiled (fullgraph) by a backend that runs only the dynamo-graph
+    rewrite ``rewrite`` and then the graph as it is; the list gets (the
+    rewrite's count, the rewritten graph) for each graph compiled."""
+    seen: list[tuple[int, torch.fx.GraphModule]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        seen.append((rewrite(gm), gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=backend, fullgraph=True), seen
+
+
 def traced_and_rewritten(
     rewrite: Callable[[torch.fx.GraphModule], int],
     fn: Callable[..., torch.Tensor],

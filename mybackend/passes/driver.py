@@ -9,7 +9,8 @@ inference graph before lowering. Each point is an ordered list of
 kinds and call targets it applies to, and the function that runs it), and
 ``run_passes`` is the one place that runs them, as src_cpp/pipeline/
 pipeline.cpp runs the C++ stages: it skips what is disabled (by its own
-option, or by name with the option ``disabled_passes``) or cannot apply,
+option, or by name with the option ``disabled_passes`` or the variable
+MYBACKEND_DISABLED_PASSES) or cannot apply,
 times each pass, logs what each changed, writes the graph after each
 pass that changed it into the dump folder, names the pass that raised, and
 marks the module's code stale once at the end, not once per pass (the joint
@@ -32,7 +33,7 @@ import torch.fx
 from mybackend._logging import get_logger
 from mybackend.hooks.dumps import dump_pass
 from mybackend.lowering.graph_modules import recompile_lazily
-from mybackend.options import Options
+from mybackend.options import Options, disabled_pass_names
 from mybackend.passes.hoist import HoistPlan
 from mybackend.passes.layout import placeholder_values
 
@@ -107,8 +108,9 @@ def selected(passes: Sequence[GraphPass], ctx: PassContext) -> list[GraphPass]:
     of their targets."""
     called: set[Any] | None = None
     chosen = []
+    disabled = disabled_pass_names(ctx.options)
     for graph_pass in passes:
-        if not graph_pass.enabled(ctx.options) or graph_pass.name in ctx.options.disabled_passes:
+        if not graph_pass.enabled(ctx.options) or graph_pass.name in disabled:
             continue
         if graph_pass.kinds is not None and ctx.kind not in graph_pass.kinds:
             continue

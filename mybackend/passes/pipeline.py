@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from mybackend._logging import warn_once
 from mybackend.distributed import fsdp2_in_use
 from mybackend.ops.attention_masks import SDPA_TARGETS, rewrite_attention_masks
+from mybackend.ops.causal_masks import rewrite_causal_masks
 from mybackend.ops.cross_entropy import rewrite_cross_entropy
 from mybackend.ops.interpolate import keep_resampling_whole
 from mybackend.options import Options, register_pass_names
@@ -43,6 +44,10 @@ from mybackend.passes.views_after_elementwise import move_elementwise_past_views
 from mybackend.passes.widening_casts import cast_after_views, split_widening_casts
 
 INFERENCE = frozenset({"inference"})
+
+
+def _causal_masks(ctx: PassContext) -> int:
+    return rewrite_causal_masks(ctx.gm, recompile=False)
 
 
 def _attention_masks(ctx: PassContext) -> int:
@@ -172,6 +177,8 @@ def _generated_kernels(options: Options) -> bool:
 
 
 BEFORE_AOT: tuple[GraphPass, ...] = (
+    # Note [Constant causal masks]
+    GraphPass("causal_masks", always, _causal_masks, targets=SDPA_TARGETS),
     # Note [Attention masks with a broadcast last dim]
     GraphPass("attention_masks", always, _attention_masks, targets=SDPA_TARGETS),
     # Note [Fused cross-entropy]

@@ -13,20 +13,14 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mybackend.ops.attention_masks import rewrite_attention_masks
+from tests.testing import compiled_through_rewrite
 
 B, H, S, D = 2, 4, 16, 8
 
 
 def _compiled(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[Any]]:
     """fn compiled through the rewrite alone; the list gets (count, graph)."""
-    seen: list[Any] = []
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        seen.append((rewrite_attention_masks(gm), gm))
-        return gm.forward
-
-    torch._dynamo.reset()
-    return torch.compile(fn, backend=backend, fullgraph=True), seen
+    return compiled_through_rewrite(rewrite_attention_masks, fn)
 
 
 def _qkv(requires_grad: bool = False) -> list[torch.Tensor]:

@@ -88,6 +88,18 @@ def test_the_option_disabled_passes_skips_passes_by_name() -> None:
     assert ran == ["layout"]
 
 
+def test_the_environment_disables_passes_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # For same-process A/B runs (benchmarks.ab_env), read at each compile.
+    ran: list[str] = []
+    passes = [_recording("softmax_views", ran), _recording("layout", ran)]
+    monkeypatch.setenv("MYBACKEND_DISABLED_PASSES", "layout, softmax_views")
+    run_passes(passes, _context())
+    assert ran == []
+    monkeypatch.setenv("MYBACKEND_DISABLED_PASSES", "softmax_view")
+    with pytest.raises(ValueError, match=r"MYBACKEND_DISABLED_PASSES: .*'softmax_view'"):
+        run_passes(passes, _context())
+
+
 def test_disabled_passes_names_an_unknown_pass() -> None:
     with pytest.raises(ValueError, match=r"unknown pass 'softmax_view'.*'softmax_views'"):
         Options.from_user(None, {"disabled_passes": ["softmax_view"]})
@@ -171,7 +183,7 @@ def test_the_graph_after_each_changing_pass_is_dumped(tmp_path: Path) -> None:
 def test_the_pass_lists() -> None:
     names = [[p.name for p in passes] for passes in pipeline.LISTS]
     assert names == [
-        ["attention_masks", "cross_entropy", "resampling"],
+        ["causal_masks", "attention_masks", "cross_entropy", "resampling"],
         ["layout", "padding"],
         ["input_mutations", "empty_pads", "identity_copies", "patch_convolutions", "padding",
          "layout", "grouped_conv_biases", "hoisting",
