@@ -6,7 +6,9 @@ call: each GPU takes the next step from the queue (in the order given, so
 list the longest first) and runs it alone on that GPU (CUDA_VISIBLE_DEVICES),
 with its step limit cut to what is left of the deadline. When the queue is
 empty the steps' results.json files are merged into one report
-(``merged/results.md``, printed last). The steps write into a work folder;
+(``merged/results.md``, printed last); each step's measurement rows are
+printed as soon as it ends, so a call stopped before the merge (its command
+limit) still returns them. The steps write into a work folder;
 ``--out`` receives only ``queue.tgz`` (everything) and ``results.md``, because
 the device tool returns a few files.
 
@@ -105,12 +107,36 @@ def run_queue(
                 continue
             took = time.monotonic() - job.started
             print(f"[queue] GPU {job.gpu}: {job.step} done in {took:.0f} s (exit {code})")
+            print_measurements(out / step_folder(job.step))
             running.remove(job)
             free.append(job.gpu)
         if not running and (not pending or left <= 60):
             break
         time.sleep(0.2)
     return pending
+
+
+MEASUREMENTS = "## All measurements"
+
+
+def print_measurements(folder: Path) -> None:
+    """Prints a finished step's rows (its results.md's measurement table) as
+    soon as it ends: a queue stopped later, before its merged report, still
+    leaves every finished row in the call's output."""
+    results = folder / "results.md"
+    if not results.exists():
+        return
+    lines = results.read_text(errors="replace").splitlines()
+    if MEASUREMENTS not in lines:
+        return
+    start = lines.index(MEASUREMENTS) + 1
+    rows = []
+    for line in lines[start:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            rows.append(line)
+    print("\n".join(rows), flush=True)
 
 
 def merge(out: Path) -> Path | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.gpu_queue import pack, run_queue, step_folder
 
 # Stands in for gpu_run.sh: records which GPU ran which step, and when.
@@ -54,3 +56,29 @@ def test_step_folder_and_pack(tmp_path: Path) -> None:
     (work / "infer-mlp" / "results.md").write_text("| x |")
     pack(work, tmp_path / "q.tgz")
     assert (tmp_path / "q.tgz").stat().st_size > 0
+
+
+# A step that writes a report as gpu_run.sh's steps do.
+REPORTING_STEP = """\
+set -e
+folder="$OUT/$(echo "$@" | tr ' ' '-')"
+mkdir -p "$folder"
+{
+  echo "# Benchmark results"; echo "| summary |"
+  echo "## All measurements"; echo "| model | ms |"; echo "|---|---|"; echo "| $2 | 1.5 |"
+  echo "## Warnings"; echo "| w |"
+} >"$folder/results.md"
+"""
+
+
+def test_finished_rows_are_printed_when_their_step_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "fake.sh"
+    script.write_text(REPORTING_STEP)
+    assert run_queue(["model m1", "model m2", "micro"], [0], tmp_path, 300, script) == []
+    printed = capsys.readouterr().out
+    assert "| m1 | 1.5 |" in printed and "| m2 | 1.5 |" in printed
+    # Each printed before the next step starts; only the measurement table.
+    assert printed.index("| m1 | 1.5 |") < printed.index("model m2 (limit")
+    assert "| summary |" not in printed and "| w |" not in printed
