@@ -44,6 +44,7 @@ from benchmarks.cuda_simulation import as_cuda
 from benchmarks.scenarios import Task, Workload
 from mybackend import _C, compile_times
 from mybackend.aot import JOINT_PASSES
+from mybackend.compile_times import DYNAMO_STAGE
 from mybackend.reports import collecting
 
 JOINT_STAGE = "mybackend joint-graph passes (layout, padding, CSE; in partition)"
@@ -183,6 +184,16 @@ def kernel_rows(kernels: dict[str, int]) -> dict[str, str]:
     }
 
 
+def first_calls(columns: dict[str, Measured]) -> str:
+    """Each column's first call and dynamo's part of it, in one line: what a
+    run stopped before its table still printed."""
+    return "; ".join(
+        f"{name} first call {sum(m.stages.values()):.2f} s, "
+        f"dynamo {m.stages.get(DYNAMO_STAGE, 0.0):.2f} s"
+        for name, m in columns.items()
+    )
+
+
 def table(columns: dict[str, Measured]) -> str:
     """A markdown table: one row per stage, one column per measured row,
     then the call's CPU time and its generated-kernel counters."""
@@ -254,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     runs = [measure(workload, resolve(name)) for _ in range(args.repeats)]
                     columns[f"{model} {name}"] = min(runs, key=lambda run: run.cpu)
-                print(f"measured {model} {name}", file=sys.stderr, flush=True)
+                measured = {k: v for k, v in columns.items() if k.startswith(f"{model} {name}")}
+                print(
+                    f"measured {model} {name}: {first_calls(measured)}", file=sys.stderr, flush=True
+                )
     if args.cell:
         print(json.dumps(columns.popitem()[1]._asdict()))
         return 0

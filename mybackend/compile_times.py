@@ -23,6 +23,7 @@ from mybackend import _C
 from mybackend.passes.pipeline import PASS_NAMES
 
 PARTITION = "aot_autograd partition"
+DYNAMO_STAGE = "dynamo (bytecode tracing, guards)"
 WARM_STAGE = "warm start"  # a loaded graph's stage time: its IR rebuilt from the cache
 CORE_PLANNING = "mybackend core: planning (capability, partition, fusion)"
 CORE_RUNTIME = "mybackend core: codegen and runtime (kernel compiles started, executor)"
@@ -148,7 +149,7 @@ def breakdown(
         )
     )
     stages = {
-        "dynamo (bytecode tracing, guards)": max(dynamo, 0.0),
+        DYNAMO_STAGE: max(dynamo, 0.0),
         "aot_autograd metadata": metadata,
         "aot_autograd joint trace (decompositions, functionalization)": joint,
         PARTITION: partition,

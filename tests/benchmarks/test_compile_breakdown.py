@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.compile_breakdown import Measured, main, table
+from benchmarks.compile_breakdown import Measured, first_calls, main, table
 
 
 def test_table_has_a_row_per_stage_and_the_totals() -> None:
@@ -27,9 +27,21 @@ def test_table_has_a_row_per_stage_and_the_totals() -> None:
     assert lines[-1] == "| generated kernels: wall time of compile batches | 0.75 | 0.00 |"
 
 
+def test_each_measured_cell_is_printed_in_one_line() -> None:
+    # What a run stopped before its table (the device call's limit) still leaves.
+    cold = Measured({"dynamo (bytecode tracing, guards)": 2.0, "rest of the call": 5.5}, 1.0, {})
+    warm = Measured({"dynamo (bytecode tracing, guards)": 2.0, "rest of the call": 0.75}, 1.0, {})
+    line = first_calls({"gpt2 m cold": cold, "gpt2 m warm": warm})
+    assert line == (
+        "gpt2 m cold first call 7.50 s, dynamo 2.00 s; gpt2 m warm first call 2.75 s, dynamo 2.00 s"
+    )
+
+
 def test_tiny_training_row_reports_mybackend_stages(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--models", "mlp", "--tiny", "--backends", "mybackend", "--device", "cpu"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "measured mlp mybackend: mlp mybackend first call" in captured.err
     for stage in (
         "dynamo",
         "aot_autograd joint trace",
