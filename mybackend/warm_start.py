@@ -102,7 +102,7 @@ from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompil
 from torch._inductor.output_code import OutputCode
 from torch._inductor.runtime.runtime_utils import cache_dir  # type: ignore[attr-defined]
 
-from mybackend import _C, source_keys
+from mybackend import _C, cache_key_details, source_keys
 from mybackend._logging import get_logger, warn_once
 from mybackend.compile_times import (
     CORE_PLAN_LOADS,
@@ -196,6 +196,7 @@ def cache_key_tag(options: Options, base: str = "") -> str:
 def aot_cache_settings(options: Options, graph_name: str) -> Iterator[None]:
     """torch's switches for one call of aot_module_simplified (Note [Warm start])."""
     source_keys.prime()  # Note [Source keys kept]
+    cache_key_details.install()  # Note [Cache-key details only when read]
     token = _graph_name.set(graph_name)
     codecache_log = logging.getLogger(_CODECACHE_LOGGER)
     unreadable = _UnreadableEntryFilter(threading.get_ident())

@@ -4,12 +4,14 @@ one computed, and only while the packages' files are unchanged."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from torch._inductor import codecache
 
 from mybackend import source_keys
@@ -93,6 +95,35 @@ def test_the_fingerprint_follows_module_files_only(tmp_path: Path) -> None:
     assert source_keys.fingerprint(str(tmp_path), "1.0") not in (base, edited)
     (tmp_path / "_C.so").write_bytes(b"\1" * 17)  # an extension module counts too
     assert source_keys.fingerprint(str(tmp_path), "1.0") != edited
+
+
+def _walked_fingerprint(root: str, version: str) -> str:
+    """The fingerprint as its first version computed it, with os.walk: keys
+    stored then must still be found."""
+    hasher = hashlib.sha256(f"{version}|{root}".encode())
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(source_keys._MODULE_SUFFIXES):
+                path = os.path.join(dirpath, name)
+                stat = os.stat(path)
+                relative = os.path.relpath(path, root)
+                hasher.update(f"{relative}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return hasher.hexdigest()
+
+
+def test_the_fingerprint_is_the_walked_one(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    (tmp_path / "nn" / "sub").mkdir()
+    (tmp_path / "nn" / "sub" / "a.py").write_text("a = 1\n")
+    (tmp_path / "linked").symlink_to(tmp_path / "nn")  # a linked folder is not walked
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "x.py").write_text("cached\n")
+    assert source_keys.fingerprint(str(tmp_path), "1.0") == _walked_fingerprint(
+        str(tmp_path), "1.0"
+    )
+    torch_root = os.path.dirname(torch.__file__)
+    assert source_keys.fingerprint(torch_root, "v") == _walked_fingerprint(torch_root, "v")
 
 
 @pytest.fixture
