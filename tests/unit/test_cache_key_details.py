@@ -4,6 +4,7 @@ only when read] in mybackend/cache_key_details.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -20,26 +21,36 @@ def _lines() -> list[str]:
     return pickler.debug_lines(SimpleNamespace(graph="relu", shape=[3]))
 
 
+@pytest.fixture
+def set_level() -> Iterator[Callable[[int], None]]:
+    """Sets the autograd cache's logger level for one test, then puts the
+    old one back (setLevel also clears isEnabledFor's cached answers)."""
+    logger = logging.getLogger("torch._functorch._aot_autograd.autograd_cache")
+    before, disabled = logger.level, logger.disabled
+    logger.disabled = False
+    yield logger.setLevel
+    logger.setLevel(before)
+    logger.disabled = disabled
+
+
 def test_the_lines_go_while_nothing_reads_them(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, set_level: Callable[[int], None]
 ) -> None:
     from torch._logging._internal import trace_log
 
     # torch's trace handler removes itself at dynamo's first structured log
     # when TORCH_TRACE is unset; a fresh test process may not have logged yet.
+    # Other tests may have left torch's logs on: all three are set here.
     monkeypatch.setattr(trace_log, "handlers", [])
+    monkeypatch.setattr(torch._dynamo.utils, "chromium_event_log_active", lambda: False)
+    set_level(logging.WARNING)
     cache_key_details.install()
     assert hasattr(autograd_cache.AOTAutogradCachePickler.debug_lines, "__wrapped__")
     assert not cache_key_details.details_read()
     assert _lines() == []
-    logger = logging.getLogger("torch._functorch._aot_autograd.autograd_cache")
-    before = logger.level
-    logger.setLevel(logging.DEBUG)
-    try:
-        assert cache_key_details.details_read()
-        logged = _lines()
-    finally:
-        logger.setLevel(before)
+    set_level(logging.DEBUG)
+    assert cache_key_details.details_read()
+    logged = _lines()
     assert len(logged) == 2 and "relu" in logged[0]  # torch's own method, a line a part
 
 
