@@ -36,16 +36,38 @@ import torch
 import torch.fx
 
 SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,)
-_MASK_POSITION = 3  # (query, key, value, attn_mask, dropout_p, is_causal, ...)
+# Its parameters in order (a builtin: no inspect.signature to bind against).
+SDPA_PARAMETERS = (
+    "query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa",
+)  # fmt: skip
+
+
+def sdpa_argument(node: torch.fx.Node, name: str) -> Any:
+    """One argument of an sdpa call node, by parameter name (None when left
+    to its default)."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    position = SDPA_PARAMETERS.index(name)
+    return node.args[position] if position < len(node.args) else None
+
+
+def sdpa_arguments_replaced(
+    node: torch.fx.Node, **changes: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's (args, kwargs) with the named arguments replaced, each where
+    the call passed it (a keyword where it did not)."""
+    args, kwargs = list(node.args), dict(node.kwargs)
+    for name, value in changes.items():
+        position = SDPA_PARAMETERS.index(name)
+        if name not in kwargs and position < len(args):
+            args[position] = value
+        else:
+            kwargs[name] = value
+    return tuple(args), kwargs
 
 
 def _mask_argument(node: torch.fx.Node) -> torch.fx.Node | None:
-    if "attn_mask" in node.kwargs:
-        mask = node.kwargs["attn_mask"]
-    elif len(node.args) > _MASK_POSITION:
-        mask = node.args[_MASK_POSITION]
-    else:
-        return None
+    mask = sdpa_argument(node, "attn_mask")
     return mask if isinstance(mask, torch.fx.Node) else None
 
 
@@ -71,12 +93,7 @@ def _set_example(node: torch.fx.Node, fn: Any, *args: Any) -> None:
 
 def _without_mask(graph: torch.fx.Graph, node: torch.fx.Node, mask: torch.fx.Node) -> None:
     """sdpa(q, k, v, mask constant along keys) -> where(keep, sdpa(q, k, v), 0)."""
-    args = list(node.args)
-    kwargs = dict(node.kwargs)
-    if "attn_mask" in kwargs:
-        kwargs["attn_mask"] = None
-    else:
-        args[_MASK_POSITION] = None
+    args, kwargs = sdpa_arguments_replaced(node, attn_mask=None)
     float_mask = mask.meta["example_value"].dtype != torch.bool
     with graph.inserting_before(node):
         column = graph.call_function(torch.narrow, (mask, -1, 0, 1))
@@ -85,7 +102,7 @@ def _without_mask(graph: torch.fx.Graph, node: torch.fx.Node, mask: torch.fx.Nod
         if float_mask:
             keep = graph.call_function(torch.ne, (column, float("-inf")))
             _set_example(keep, torch.ne, column, float("-inf"))
-        attention = graph.call_function(node.target, tuple(args), kwargs)
+        attention = graph.call_function(node.target, args, kwargs)
         attention.meta = dict(node.meta)
     with graph.inserting_after(attention):
         masked = graph.call_function(torch.where, (keep, attention, 0.0))

@@ -10,7 +10,7 @@ it always builds the mask. The trace then picks the memory-efficient kernel
 with a mask read from memory (Inductor gets the same), where the causal
 flash or cuDNN kernels skip the masked half of the scores and read no mask.
 
-When a mask depends on nothing the graph takes in (no placeholder, no
+When a mask depends on nothing the graph takes in (no graph input, no
 attribute, no random op: only constants, as the ``arange``s are for static
 sizes), its value is the same on every call. So the rewrite computes it once,
 at compile time, and when it equals the causal mask (key j attended from
@@ -35,29 +35,15 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from mybackend.ops.attention_masks import SDPA_TARGETS
+from mybackend.ops.attention_masks import SDPA_TARGETS, sdpa_argument, sdpa_arguments_replaced
 from mybackend.ops.dynamo_calls import example_value
 
-# torch._C._nn.scaled_dot_product_attention is a builtin: no inspect.signature.
-_SDPA_PARAMETERS = (
-    "query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa",
-)  # fmt: skip
 MAX_MASK_ELEMENTS = 1 << 30
 # Masked entries of a float mask at or below this add nothing after softmax.
 MASKED_AT_MOST = -1e4
 # Calls whose value differs from call to call: a mask using one is not constant.
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "poisson",
                  "uniform", "exponential", "geometric", "cauchy", "seed")  # fmt: skip
-
-
-def _argument(node: torch.fx.Node, name: str) -> tuple[str, int | str, Any]:
-    """(where, position or keyword, value) of one sdpa argument; absent: ("default", name, None)."""
-    if name in node.kwargs:
-        return "kwargs", name, node.kwargs[name]
-    position = _SDPA_PARAMETERS.index(name)
-    if position < len(node.args):
-        return "args", position, node.args[position]
-    return "default", name, None
 
 
 def _static_rows(value: Any) -> int | None:
@@ -125,29 +111,17 @@ def _is_causal(mask: torch.Tensor, rows: int) -> bool:
 def _causal_call(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     """The mask node of an sdpa call that could become causal, and the
     call's query rows; else None."""
-    _, _, mask = _argument(node, "attn_mask")
-    _, _, causal = _argument(node, "is_causal")
-    if not isinstance(mask, torch.fx.Node) or causal not in (None, False):
+    mask = sdpa_argument(node, "attn_mask")
+    if not isinstance(mask, torch.fx.Node) or sdpa_argument(node, "is_causal") not in (None, False):
         return None
-    rows = _static_rows(example_value(_argument(node, "query")[2]))
-    keys = _static_rows(example_value(_argument(node, "key")[2]))
+    rows = _static_rows(example_value(sdpa_argument(node, "query")))
+    keys = _static_rows(example_value(sdpa_argument(node, "key")))
     value = example_value(mask)
     if rows is None or rows != keys or rows < 2 or not isinstance(value, torch.Tensor):
         return None
     if value.numel() > MAX_MASK_ELEMENTS:
         return None
     return mask, rows
-
-
-def _make_causal(node: torch.fx.Node) -> None:
-    args, kwargs = list(node.args), dict(node.kwargs)
-    for name, new in (("attn_mask", None), ("is_causal", True)):
-        where, key, _ = _argument(node, name)
-        if where == "args":
-            args[key] = new  # type: ignore[index]
-        else:
-            kwargs[str(key)] = new
-    node.args, node.kwargs = tuple(args), kwargs
 
 
 def rewrite_causal_masks(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
@@ -169,7 +143,7 @@ def rewrite_causal_masks(gm: torch.fx.GraphModule, *, recompile: bool = True) ->
                 verdicts[mask] = nodes if causal else None
             if verdicts[mask] is None:
                 continue
-            _make_causal(node)
+            node.args, node.kwargs = sdpa_arguments_replaced(node, attn_mask=None, is_causal=True)
             rewritten += 1
     computing = {n for nodes in verdicts.values() for n in nodes or ()}
     for node in reversed(gm.graph.nodes):  # what only the masks no call reads now read
